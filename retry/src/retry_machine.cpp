@@ -1,0 +1,83 @@
+#include <coagent/retry/backoff.hpp>
+#include <coagent/retry/retry_machine.hpp>
+
+namespace coagent {
+
+namespace {
+std::string error_text(const message* m) {
+    if (m && m->error_message && !m->error_message->empty()) return *m->error_message;
+    if (m && m->stop == stop_reason::aborted) return "Request was aborted";
+    return "Unknown error";
+}
+}  // namespace
+
+std::optional<auto_retry_end_event> retry_machine::on_assistant_message_end(const message& m) {
+    if (attempt_ == 0 || m.role != message_role::assistant) return std::nullopt;
+    if (m.stop == stop_reason::error || m.stop == stop_reason::aborted) return std::nullopt;
+    auto_retry_end_event e{true, attempt_, std::nullopt};
+    attempt_ = 0;  // the chain stays active until its agent_end
+    return e;
+}
+
+agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,
+                                               const retry_settings& s) {
+    agent_end_decision d;
+    const bool cancelled = cancel_requested_;
+    const bool retryable = c.retryable() && s.enabled && !cancelled && last &&
+                           last->stop == stop_reason::error;
+
+    if (!retryable) {
+        // The chain (if any) ends here. A retry that was pending (attempt > 0) reports how.
+        if (chain_active_ && attempt_ > 0) {
+            std::string why = cancelled ? std::string(retry_cancelled_text) : error_text(last);
+            d.end = auto_retry_end_event{false, attempt_, std::move(why)};
+        }
+        end_chain();
+        d.to_compaction = c.kind == error_kind::context_overflow && !cancelled &&
+                          !(last && last->stop == stop_reason::aborted);
+        return d;
+    }
+
+    ++attempt_;  // counted before the max check (spec §4)
+    chain_active_ = true;
+    if (attempt_ > s.max_retries) {
+        d.end = auto_retry_end_event{false, attempt_ - 1, error_text(last)};
+        end_chain();
+        return d;
+    }
+    d.will_retry = true;
+    d.start = auto_retry_start_event{attempt_, s.max_retries, backoff_delay(s, attempt_),
+                                     error_text(last)};
+    d.usage_limit = c.kind == error_kind::usage_limit;
+    d.retry_hint_ms = c.retry_after_ms;
+    return d;
+}
+
+wait_outcome retry_machine::on_wait_done(bool elapsed) {
+    waiting_ = false;
+    wait_outcome w;
+    if (!elapsed || cancel_requested_) {
+        w.end = auto_retry_end_event{false, attempt_, std::string(retry_cancelled_text)};
+        end_chain();
+        return w;
+    }
+    w.resume = true;
+    return w;
+}
+
+bool retry_machine::abort_retry() noexcept {
+    if (waiting_) {
+        cancel_requested_ = true;
+        return true;
+    }
+    if (chain_active_ && attempt_ > 0) cancel_requested_ = true;  // a retried attempt streams
+    return false;
+}
+
+bool retry_machine::abort() noexcept {
+    bool cancel_wait = abort_retry();
+    cancel_requested_ = true;  // the aborted run starts no new retry
+    return cancel_wait;
+}
+
+}  // namespace coagent

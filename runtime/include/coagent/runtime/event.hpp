@@ -1,0 +1,90 @@
+#pragma once
+// Session events: typed values on the hot path, serialised to the reference agent's JSON
+// shapes (design.md "Events") only where a consumer needs JSON (RPC, json mode, logs).
+
+#include <coagent/runtime/message.hpp>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace coagent {
+
+struct agent_start_event {};
+struct turn_start_event {};
+struct message_start_event {
+    message_ptr message;
+};
+struct message_update_event {
+    message_ptr message;  // the partial message so far
+    std::string delta;    // text appended by this update
+};
+struct message_end_event {
+    message_ptr message;
+};
+struct tool_execution_start_event {
+    std::string tool_call_id;
+    std::string tool_name;
+    json::object args;
+};
+struct tool_execution_end_event {
+    std::string tool_call_id;
+    std::string tool_name;
+    json::value result;
+    bool is_error = false;
+};
+struct turn_end_event {
+    message_ptr message;
+    std::vector<message_ptr> tool_results;
+};
+struct agent_end_event {
+    std::vector<message_ptr> messages;  // the messages this run added
+    bool will_retry = false;
+};
+struct auto_retry_start_event {
+    int attempt = 0;
+    int max_attempts = 0;
+    std::int64_t delay_ms = 0;
+    std::string error_message;
+};
+struct auto_retry_end_event {
+    bool success = false;
+    int attempt = 0;
+    std::optional<std::string> final_error;
+};
+struct compaction_start_event {
+    std::string reason;  // "manual" | "threshold" | "overflow"
+};
+struct compaction_end_event {
+    std::string reason;
+    std::optional<json::value> result;
+    bool aborted = false;
+    bool will_retry = false;
+    std::optional<std::string> error_message;
+};
+struct extension_error_event {
+    std::string extension_path;
+    std::string event;
+    std::string error;
+};
+struct agent_settled_event {};
+
+using event = std::variant<agent_start_event, turn_start_event, message_start_event,
+                           message_update_event, message_end_event, tool_execution_start_event,
+                           tool_execution_end_event, turn_end_event, agent_end_event,
+                           auto_retry_start_event, auto_retry_end_event, compaction_start_event,
+                           compaction_end_event, extension_error_event, agent_settled_event>;
+
+/// The event's `type` string, e.g. "auto_retry_start".
+std::string_view event_type(const event& e) noexcept;
+
+/// The event as the JSON object RPC mode writes (`type` first).
+json::object to_json(const event& e);
+
+}  // namespace coagent

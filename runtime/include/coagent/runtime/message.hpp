@@ -1,0 +1,111 @@
+#pragma once
+// The message value types every layer shares: user, assistant and toolResult messages,
+// token usage, and the model a session talks to. JSON shapes follow the reference agent.
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace coagent {
+
+namespace json = boost::json;
+
+enum class message_role { user, assistant, tool_result };
+enum class stop_reason { stop, length, tool_use, error, aborted };
+
+std::string_view to_string(message_role r) noexcept;
+std::string_view to_string(stop_reason r) noexcept;
+std::optional<message_role> role_from_string(std::string_view s) noexcept;
+std::optional<stop_reason> stop_reason_from_string(std::string_view s) noexcept;
+
+struct text_block {
+    std::string text;
+};
+
+struct tool_call_block {
+    std::string id;
+    std::string name;
+    json::object arguments;
+};
+
+using content_block = std::variant<text_block, tool_call_block>;
+
+struct token_cost {
+    double input = 0, output = 0, cache_read = 0, cache_write = 0, total = 0;
+};
+
+struct token_usage {
+    std::int64_t input = 0;
+    std::int64_t output = 0;
+    std::int64_t cache_read = 0;
+    std::int64_t cache_write = 0;
+    std::int64_t total_tokens = 0;
+    token_cost cost;
+};
+
+/// One message of a conversation. Which fields matter depends on `role`:
+/// assistant messages carry api/provider/model/usage/stop/error_*; toolResult messages
+/// carry tool_call_id/tool_name/is_error.
+struct message {
+    message_role role = message_role::user;
+    std::vector<content_block> content;
+    std::int64_t timestamp = 0;  // milliseconds since the Unix epoch
+
+    // assistant
+    std::string api;
+    std::string provider;
+    std::string model;
+    token_usage usage;
+    stop_reason stop = stop_reason::stop;
+    std::optional<std::string> error_message;
+    // structured error details beside the text (not part of the reference's shape)
+    std::optional<int> error_status;
+    std::string error_type;
+
+    // toolResult
+    std::string tool_call_id;
+    std::string tool_name;
+    bool is_error = false;
+};
+
+using message_ptr = std::shared_ptr<const message>;
+
+/// Wall-clock now in ms since the epoch (message timestamps only; never used for timing).
+std::int64_t wall_clock_ms() noexcept;
+
+message make_user_message(std::string text);
+message make_tool_result(std::string tool_call_id, std::string tool_name, std::string text,
+                         bool is_error);
+
+/// Concatenated text blocks of a message.
+std::string text_of(const message& m);
+/// An assistant message that failed or was aborted: never sent back to a provider.
+bool is_failed_assistant(const message& m) noexcept;
+/// The tool calls of an assistant message, in order.
+std::vector<const tool_call_block*> tool_calls_of(const message& m);
+
+json::object to_json(const message& m);
+json::object to_json(const token_usage& u);
+/// Parses a message in the reference agent's JSON shape. Throws std::invalid_argument with a
+/// message naming the offending field.
+message message_from_json(const json::value& v);
+
+/// The model a session talks to.
+struct model_info {
+    std::string provider;
+    std::string id;
+    std::string api;
+    std::int64_t context_window = 0;  // 0 = unknown
+    std::int64_t max_tokens = 0;
+};
+
+json::object to_json(const model_info& m);
+
+}  // namespace coagent

@@ -1,0 +1,213 @@
+#pragma once
+// agent_session: one conversation with a model on one executor, with the automatic retry
+// policy of spec/retry-policy.md. `co_await session.prompt(text)` completes only when the
+// turn, any retry chain started in it, any compaction continuation and queued follow-ups
+// have ended; `agent_settled` is its last event.
+
+#include <coagent/classify/classify.hpp>
+#include <coagent/retry/retry_machine.hpp>
+#include <coagent/runtime/abort_signal.hpp>
+#include <coagent/runtime/cancellable_wait.hpp>
+#include <coagent/runtime/event.hpp>
+#include <coagent/runtime/settings.hpp>
+#include <coagent/session/auth_storage.hpp>
+#include <coagent/session/compaction.hpp>
+#include <coagent/session/extension_runner.hpp>
+#include <coagent/session/history.hpp>
+#include <coagent/session/provider.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace coagent {
+
+/// What a prompt does when the session is busy (streaming or in a retry backoff).
+enum class streaming_behavior {
+    none,       ///< refused with an error that says how to queue
+    steer,      ///< joins the context before the next request
+    follow_up,  ///< runs after the current prompt's work, before it settles
+};
+
+struct prompt_result {
+    enum class status {
+        succeeded,  ///< the last assistant reply succeeded
+        failed,     ///< ended in an error (incl. exhausted or cancelled retries)
+        aborted,    ///< abort() ended it
+        refused,    ///< not run: the session was busy and no streaming behaviour was given
+    };
+    status outcome = status::succeeded;
+    std::string error;             ///< failed / aborted / refused: why
+    message_ptr last_assistant;    ///< the last assistant message of the prompt, if any
+};
+
+/// The output of a tool call.
+struct tool_output {
+    std::string text;
+    bool is_error = false;
+};
+using tool_function = std::function<boost::asio::awaitable<tool_output>(json::object args)>;
+
+struct session_options {
+    boost::asio::any_io_executor executor;
+    std::shared_ptr<provider> model_provider;         ///< required
+    settings config;                                   ///< effective settings (see settings_store)
+    clock_kind clock = clock_kind::steady;             ///< manual in tests
+    std::shared_ptr<auth_storage> auth;                ///< optional: usage-limit switching
+    std::shared_ptr<compaction_hook> compaction;       ///< optional: default unavailable_compaction
+    std::optional<std::filesystem::path> session_dir;  ///< none: history kept in memory only
+    std::optional<std::filesystem::path> resume_file;  ///< continue this session file
+    std::string cwd;                                   ///< recorded in the session header
+    std::string system_prompt;
+    std::shared_ptr<spdlog::logger> logger;            ///< default: warnings to stderr
+    std::function<std::int64_t()> now_ms;              ///< epoch ms for dated retry hints
+};
+
+class agent_session;
+
+/// Unsubscribes on destruction (RAII). Must not outlive its session.
+class subscription {
+public:
+    subscription() = default;
+    subscription(subscription&& o) noexcept : s_(o.s_), id_(o.id_) { o.s_ = nullptr; }
+    subscription& operator=(subscription&& o) noexcept;
+    subscription(const subscription&) = delete;
+    subscription& operator=(const subscription&) = delete;
+    ~subscription() { reset(); }
+    void reset() noexcept;
+
+private:
+    friend class agent_session;
+    subscription(agent_session* s, std::uint64_t id) : s_(s), id_(id) {}
+    agent_session* s_ = nullptr;
+    std::uint64_t id_ = 0;
+};
+
+class agent_session {
+public:
+    using listener = std::function<void(const event&)>;
+
+    /// Throws std::invalid_argument without a provider or executor; std::system_error when
+    /// the session file cannot be created; std::runtime_error when resume_file is not a
+    /// session file.
+    explicit agent_session(session_options opts);
+    ~agent_session();
+    agent_session(const agent_session&) = delete;
+    agent_session& operator=(const agent_session&) = delete;
+
+    /// Runs one user prompt. Completes on the session's executor with the prompt's result
+    /// once the turn, its retry chain (success, exhaustion, cancel), compaction continuation
+    /// and queued follow-ups have ended, right after `agent_settled` was emitted.
+    /// While busy: `steer` / `follow_up` queue the message and complete when the session
+    /// settles; `none` completes at once with status refused.
+    /// The session must outlive the operation. Cancellation: use abort() / abort_retry();
+    /// the awaitable itself is not cancellable.
+    boost::asio::awaitable<prompt_result> prompt(std::string text,
+                                                 streaming_behavior behavior = streaming_behavior::none);
+
+    /// Cancels a pending retry (its auto_retry_end says "Retry cancelled"), then aborts the
+    /// stream in flight and drops queued messages. No effect when idle.
+    void abort();
+    /// Cancels the retry backoff in progress (or the retried attempt in flight).
+    void abort_retry();
+
+    /// Runtime override of retry.enabled for this session (turning it off does not cancel a
+    /// wait in progress).
+    void set_auto_retry_enabled(bool enabled) noexcept { config_.retry.enabled = enabled; }
+    bool auto_retry_enabled() const noexcept { return config_.retry.enabled; }
+    bool is_retrying() const noexcept { return machine_.is_retrying(); }
+    int retry_attempt() const noexcept { return machine_.attempt(); }
+    bool is_streaming() const noexcept { return streaming_; }
+    bool is_busy() const noexcept { return busy_; }
+    bool is_compacting() const noexcept { return compacting_; }
+    void set_auto_compaction_enabled(bool enabled) noexcept { config_.compaction.enabled = enabled; }
+
+    const settings& config() const noexcept { return config_; }
+    void set_config(const settings& s) noexcept { config_ = s; }
+
+    /// Listeners run synchronously, after the extensions, in subscription order. A message
+    /// in an event may be the one still being streamed: copy it to keep it.
+    [[nodiscard]] subscription subscribe(listener l);
+    /// Adds an in-process extension (gets every event before the listeners).
+    void add_extension(std::string path, extension_runner::handler h) {
+        extensions_.add(std::move(path), std::move(h));
+    }
+    void register_tool(tool_definition def, tool_function fn);
+
+    /// The runtime context (what the next request is built from, before failed replies are
+    /// filtered out).
+    const std::vector<message_ptr>& messages() const noexcept { return messages_; }
+    const session_history& history() const noexcept { return history_; }
+    model_info model() const { return provider_->model(); }
+    std::size_t pending_message_count() const noexcept {
+        return steer_queue_.size() + follow_up_queue_.size();
+    }
+    const std::string& session_id() const noexcept { return history_.session_id(); }
+    boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
+
+private:
+    friend class subscription;
+    struct run_outcome;
+    class observer;
+
+    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<bool> recover_overflow();
+    boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
+    void append(message_ptr m);
+    void emit(event e);
+    void unsubscribe(std::uint64_t id) noexcept;
+    void drop_trailing_failed_assistant();
+    provider_request build_request() const;
+
+    boost::asio::any_io_executor executor_;
+    std::shared_ptr<provider> provider_;
+    settings config_;
+    clock_kind clock_;
+    std::shared_ptr<auth_storage> auth_;
+    std::shared_ptr<compaction_hook> compaction_;
+    std::shared_ptr<spdlog::logger> logger_;
+    std::function<std::int64_t()> now_ms_;
+    std::string system_prompt_;
+
+    retry_machine machine_;
+    std::unique_ptr<cancellable_wait> backoff_;
+    abort_signal abort_;
+    boost::asio::steady_timer settled_;  // latch: cancelled to wake prompts queued while busy
+    prompt_result last_result_;
+
+    std::vector<message_ptr> messages_;
+    session_history history_;
+    std::deque<message_ptr> steer_queue_;
+    std::deque<message_ptr> follow_up_queue_;
+
+    struct listener_entry {
+        std::uint64_t id;
+        listener fn;
+    };
+    std::vector<listener_entry> listeners_;
+    std::uint64_t next_listener_id_ = 1;
+    int dispatch_depth_ = 0;
+    bool listeners_dirty_ = false;
+    extension_runner extensions_;
+
+    std::vector<tool_definition> tool_defs_;
+    std::vector<std::pair<std::string, tool_function>> tools_;
+
+    bool busy_ = false;
+    bool streaming_ = false;
+    bool compacting_ = false;
+};
+
+}  // namespace coagent

@@ -1,0 +1,78 @@
+#pragma once
+// Session history: every message of a session, errors included, in the order it was added,
+// as JSONL (header line, then one entry per line with id/parentId) when a file is used.
+// An entry is written and flushed before its event is published.
+
+#include <coagent/runtime/message.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace coagent {
+
+struct history_entry {
+    std::string id;         // 8 hex digits
+    std::string parent_id;  // empty for the root
+    std::string type;       // "message", "compaction", "model_change", ... (others kept as raw)
+    message_ptr msg;        // for "message"
+    json::object raw;       // the whole entry as read or written (file mode)
+};
+
+class session_history {
+public:
+    /// In memory only (--no-session).
+    session_history();
+    ~session_history();
+    session_history(session_history&&) noexcept;
+    session_history& operator=(session_history&&) noexcept;
+
+    /// A new session file in `dir` (created if missing), named <timestamp>_<id>.jsonl.
+    /// The header is written with the first entry. Throws std::system_error naming the path.
+    static session_history create_file(const std::filesystem::path& dir, std::string cwd);
+
+    struct loaded;
+    /// Loads a session file. A torn or unparsable last line is skipped with a warning (a
+    /// crash while writing); unknown entry types are kept with a warning. A file that is not
+    /// a session file (no valid header) throws std::runtime_error naming the file. Later
+    /// appends go to the same file.
+    static loaded load(const std::filesystem::path& file);
+
+    const std::string& session_id() const noexcept { return id_; }
+    const std::optional<std::filesystem::path>& file() const noexcept { return file_; }
+    const std::vector<history_entry>& entries() const noexcept { return entries_; }
+
+    /// Appends a message entry (parent = the current leaf); in file mode writes and flushes
+    /// the line before returning. An I/O failure is returned, the entry is kept in memory.
+    std::error_code append_message(message_ptr m);
+    /// Appends any other entry type (object without id/parentId/timestamp: they are added).
+    std::error_code append_entry(std::string type, json::object fields);
+
+    /// The messages of the history, root to leaf, errors included.
+    std::vector<message_ptr> messages() const;
+
+private:
+    std::error_code write_line(const json::object& o);
+    std::error_code append(std::string type, json::object fields, message_ptr m);
+
+    std::string id_;
+    std::string cwd_;
+    std::optional<std::filesystem::path> file_;
+    std::FILE* out_ = nullptr;
+    bool header_written_ = false;
+    std::vector<history_entry> entries_;
+};
+
+struct session_history::loaded {
+    session_history history;
+    std::vector<std::string> warnings;
+};
+
+/// A fresh random id of `hex_digits` hex digits.
+std::string random_hex_id(std::size_t hex_digits);
+
+}  // namespace coagent

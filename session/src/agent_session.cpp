@@ -1,0 +1,417 @@
+#include <coagent/retry/backoff.hpp>
+#include <coagent/session/agent_session.hpp>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <spdlog/logger.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <stdexcept>
+
+namespace coagent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::shared_ptr<spdlog::logger> default_logger() {
+    static auto l = std::make_shared<spdlog::logger>(
+        "coagent", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    return l;
+}
+
+constexpr const char* busy_text =
+    "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
+    "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
+    "current prompt), or wait for agent_settled.";
+
+}  // namespace
+
+// ---- subscription ----------------------------------------------------------------------
+
+subscription& subscription::operator=(subscription&& o) noexcept {
+    if (this != &o) {
+        reset();
+        s_ = o.s_;
+        id_ = o.id_;
+        o.s_ = nullptr;
+    }
+    return *this;
+}
+
+void subscription::reset() noexcept {
+    if (s_) s_->unsubscribe(id_);
+    s_ = nullptr;
+}
+
+// ---- stream observer: turns provider progress into events --------------------------------
+
+class agent_session::observer final : public stream_observer {
+public:
+    observer(agent_session& s, std::shared_ptr<message> m) : s_(s), m_(std::move(m)) {}
+    void on_message_start(const message&) override {
+        if (started_) return;
+        started_ = true;
+        s_.emit(message_start_event{m_});
+    }
+    void on_text_delta(const message& partial, std::string_view delta) override {
+        on_message_start(partial);
+        s_.emit(message_update_event{m_, std::string(delta)});
+    }
+    bool started() const noexcept { return started_; }
+
+private:
+    agent_session& s_;
+    message_ptr m_;
+    bool started_ = false;
+};
+
+struct agent_session::run_outcome {
+    std::vector<message_ptr> added;
+    message_ptr last_assistant;
+};
+
+// ---- construction -----------------------------------------------------------------------
+
+agent_session::agent_session(session_options o)
+    : executor_(o.executor),
+      provider_(std::move(o.model_provider)),
+      config_(o.config),
+      clock_(o.clock),
+      auth_(std::move(o.auth)),
+      compaction_(o.compaction ? std::move(o.compaction) : std::make_shared<unavailable_compaction>()),
+      logger_(o.logger ? std::move(o.logger) : default_logger()),
+      now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
+      system_prompt_(std::move(o.system_prompt)),
+      settled_(executor_) {
+    if (!executor_) throw std::invalid_argument("agent_session: no executor");
+    if (!provider_) throw std::invalid_argument("agent_session: no provider");
+    backoff_ = make_cancellable_wait(executor_, clock_);
+    settled_.expires_at(asio::steady_timer::time_point::max());
+    if (o.resume_file) {
+        auto loaded = session_history::load(*o.resume_file);
+        for (const auto& w : loaded.warnings) logger_->warn("{}", w);
+        history_ = std::move(loaded.history);
+        messages_ = history_.messages();
+    } else if (o.session_dir) {
+        history_ = session_history::create_file(*o.session_dir, o.cwd);
+    }
+}
+
+agent_session::~agent_session() = default;
+
+// ---- events -----------------------------------------------------------------------------
+
+subscription agent_session::subscribe(listener l) {
+    auto id = next_listener_id_++;
+    listeners_.push_back({id, std::move(l)});
+    return subscription(this, id);
+}
+
+void agent_session::unsubscribe(std::uint64_t id) noexcept {
+    for (auto& e : listeners_)
+        if (e.id == id) {
+            e.fn = nullptr;
+            listeners_dirty_ = true;
+        }
+    if (dispatch_depth_ == 0 && listeners_dirty_) {
+        std::erase_if(listeners_, [](const listener_entry& e) { return !e.fn; });
+        listeners_dirty_ = false;
+    }
+}
+
+void agent_session::emit(event e) {
+    ++dispatch_depth_;
+    if (!extensions_.empty())
+        extensions_.emit(e, [this](extension_error_event err) {
+            event ev{std::move(err)};
+            for (std::size_t i = 0; i < listeners_.size(); ++i)
+                if (listeners_[i].fn) listeners_[i].fn(ev);
+        });
+    // index loop: a listener may subscribe (push_back) while we dispatch
+    for (std::size_t i = 0; i < listeners_.size(); ++i)
+        if (listeners_[i].fn) listeners_[i].fn(e);
+    if (--dispatch_depth_ == 0 && listeners_dirty_) {
+        std::erase_if(listeners_, [](const listener_entry& x) { return !x.fn; });
+        listeners_dirty_ = false;
+    }
+}
+
+void agent_session::register_tool(tool_definition def, tool_function fn) {
+    tools_.emplace_back(def.name, std::move(fn));
+    tool_defs_.push_back(std::move(def));
+}
+
+// ---- context ----------------------------------------------------------------------------
+
+void agent_session::append(message_ptr m) {
+    // persisted before any listener sees its message_end
+    if (auto ec = history_.append_message(m))
+        logger_->error("session file {}: cannot write entry: {}",
+                       history_.file() ? history_.file()->string() : "-", ec.message());
+    messages_.push_back(std::move(m));
+}
+
+void agent_session::drop_trailing_failed_assistant() {
+    if (!messages_.empty() && messages_.back()->role == message_role::assistant &&
+        is_failed_assistant(*messages_.back()))
+        messages_.pop_back();
+}
+
+provider_request agent_session::build_request() const {
+    provider_request r;
+    r.model = provider_->model();
+    r.system_prompt = system_prompt_;
+    r.messages.reserve(messages_.size());
+    for (const auto& m : messages_)
+        if (!is_failed_assistant(*m)) r.messages.push_back(m);
+    r.tools = tool_defs_;
+    r.session_id = history_.session_id();
+    return r;
+}
+
+// ---- control ----------------------------------------------------------------------------
+
+void agent_session::abort_retry() {
+    const bool retried_in_flight = machine_.retried_attempt_in_flight();
+    if (machine_.abort_retry())
+        backoff_->cancel();
+    else if (retried_in_flight)
+        abort_.request();  // the retried attempt is aborted too (design.md endings table)
+}
+
+void agent_session::abort() {
+    if (!busy_) return;
+    if (machine_.abort()) backoff_->cancel();  // the retry is cancelled first (spec §5)
+    abort_.request();                          // then the stream in flight
+    steer_queue_.clear();
+    follow_up_queue_.clear();
+}
+
+// ---- the prompt -------------------------------------------------------------------------
+
+asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming_behavior behavior) {
+    if (busy_) {
+        if (behavior == streaming_behavior::none) {
+            prompt_result r;
+            r.outcome = prompt_result::status::refused;
+            r.error = busy_text;
+            co_return r;
+        }
+        auto m = std::make_shared<message>(make_user_message(std::move(text)));
+        (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back(std::move(m));
+        boost::system::error_code ec;
+        co_await settled_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_return last_result_;
+    }
+    busy_ = true;
+    machine_.begin_prompt();
+    abort_.reset();
+    auto user = std::make_shared<message>(make_user_message(std::move(text)));
+    prompt_result r = co_await run_prompt(std::move(user));
+    busy_ = false;
+    last_result_ = r;
+    settled_.cancel();  // wakes the prompts queued while busy
+    settled_.expires_at(asio::steady_timer::time_point::max());
+    emit(agent_settled_event{});
+    co_return r;
+}
+
+asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user) {
+    message_ptr pending = std::move(user);
+    bool overflow_recovered = false;
+    prompt_result result;
+    for (;;) {
+        run_outcome out;
+        co_await run_agent(std::move(pending), out);
+        pending = nullptr;
+        const message* last = out.last_assistant.get();
+
+        classification c;
+        if (last) c = classify(*last, provider_->model(), now_ms_());
+        agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
+        if (d.usage_limit && auth_ &&
+            auth_->mark_usage_limit_reached(provider_->model().provider, history_.session_id(),
+                                            d.retry_hint_ms))
+            retry_machine::usage_switch_succeeded(d);
+
+        agent_end_event end_ev{std::move(out.added), d.will_retry};
+        emit(std::move(end_ev));
+        if (d.end) emit(*d.end);
+
+        if (d.will_retry) {
+            const auto delay = delay_to_duration(d.start->delay_ms);
+            emit(*d.start);
+            drop_trailing_failed_assistant();  // after the start event (spec §3 step 9)
+            machine_.begin_wait();
+            const bool elapsed = co_await backoff_->wait(delay);
+            wait_outcome w = machine_.on_wait_done(elapsed);
+            if (w.resume) continue;  // the continue runs as a fresh task (wait posted)
+            emit(*w.end);
+            result.outcome = abort_.requested() ? prompt_result::status::aborted
+                                                : prompt_result::status::failed;
+            result.error = retry_cancelled_text;
+            result.last_assistant = out.last_assistant;
+        } else {
+            if (d.to_compaction && !overflow_recovered && config_.compaction.enabled) {
+                overflow_recovered = true;
+                if (co_await recover_overflow()) continue;
+            }
+            result = prompt_result{};
+            result.last_assistant = out.last_assistant;
+            if (last && last->stop == stop_reason::aborted) {
+                result.outcome = prompt_result::status::aborted;
+                result.error = last->error_message.value_or("Request was aborted");
+            } else if (last && last->stop == stop_reason::error) {
+                result.outcome = prompt_result::status::failed;
+                result.error = last->error_message.value_or("Unknown error");
+            }
+        }
+
+        // queued follow-ups (and steering messages no turn picked up) run before settling
+        if (!abort_.requested() && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
+            if (!follow_up_queue_.empty()) {
+                pending = std::move(follow_up_queue_.front());
+                follow_up_queue_.pop_front();
+            }
+            machine_.begin_prompt();
+            overflow_recovered = false;
+            continue;
+        }
+        co_return result;
+    }
+}
+
+asio::awaitable<bool> agent_session::recover_overflow() {
+    compacting_ = true;
+    emit(compaction_start_event{"overflow"});
+    drop_trailing_failed_assistant();
+    compaction_request req;
+    req.reason = "overflow";
+    req.context = build_request().messages;
+    req.model = provider_->model();
+    compaction_outcome o = co_await compaction_->compact(std::move(req), abort_);
+    compacting_ = false;
+    compaction_end_event e;
+    e.reason = "overflow";
+    e.aborted = abort_.requested();
+    if (o.ok && !e.aborted) {
+        messages_ = std::move(o.new_context);
+        e.result = std::move(o.result);
+        e.will_retry = true;
+        emit(std::move(e));
+        co_return true;
+    }
+    e.will_retry = false;
+    e.error_message = o.ok ? "Compaction aborted" : o.error_message;
+    emit(std::move(e));
+    co_return false;
+}
+
+asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {
+    emit(agent_start_event{});
+    for (;;) {
+        emit(turn_start_event{});
+        if (user) {
+            append(user);
+            emit(message_start_event{user});
+            emit(message_end_event{user});
+            out.added.push_back(std::move(user));
+            user = nullptr;
+        }
+        while (!steer_queue_.empty()) {
+            auto s = std::move(steer_queue_.front());
+            steer_queue_.pop_front();
+            append(s);
+            emit(message_start_event{s});
+            emit(message_end_event{s});
+            out.added.push_back(std::move(s));
+        }
+
+        auto reply = std::make_shared<message>();
+        reply->role = message_role::assistant;
+        {
+            const auto m = provider_->model();
+            reply->api = m.api;
+            reply->provider = m.provider;
+            reply->model = m.id;
+        }
+        reply->timestamp = wall_clock_ms();
+        const provider_request req = build_request();
+        observer obs(*this, reply);
+        streaming_ = true;
+        if (abort_.requested()) {
+            reply->stop = stop_reason::aborted;
+            reply->error_message = "Request was aborted";
+        } else {
+            co_await provider_->stream(req, *reply, obs, abort_);
+        }
+        streaming_ = false;
+        if (abort_.requested() && reply->stop != stop_reason::error) {
+            reply->stop = stop_reason::aborted;
+            if (!reply->error_message) reply->error_message = "Request was aborted";
+        }
+        if (!obs.started()) emit(message_start_event{reply});
+        append(reply);
+        emit(message_end_event{reply});
+        if (auto e = machine_.on_assistant_message_end(*reply)) emit(*e);
+        out.added.push_back(reply);
+        out.last_assistant = reply;
+
+        turn_end_event te;
+        te.message = reply;
+        const std::size_t tool_start = out.added.size();
+        if (reply->stop == stop_reason::tool_use) co_await execute_tools(*reply, out);
+        te.tool_results.assign(out.added.begin() + static_cast<std::ptrdiff_t>(tool_start), out.added.end());
+        emit(std::move(te));
+
+        if (abort_.requested()) break;
+        if (reply->stop == stop_reason::tool_use) continue;
+        if (!steer_queue_.empty() && !is_failed_assistant(*reply)) continue;
+        break;
+    }
+}
+
+asio::awaitable<void> agent_session::execute_tools(const message& assistant, run_outcome& out) {
+    for (const tool_call_block* call : tool_calls_of(assistant)) {
+        emit(tool_execution_start_event{call->id, call->name, call->arguments});
+        tool_output result;
+        if (abort_.requested()) {
+            result = {"Tool execution was aborted", true};
+        } else {
+            auto it = std::find_if(tools_.begin(), tools_.end(),
+                                   [&](const auto& t) { return t.first == call->name; });
+            if (it == tools_.end()) {
+                result = {"Tool " + call->name + " not found", true};
+            } else {
+                std::exception_ptr failure;
+                try {
+                    result = co_await it->second(call->arguments);
+                } catch (const std::exception& e) {
+                    result = {e.what(), true};
+                } catch (...) {
+                    failure = std::current_exception();
+                    result = {"tool failed with an unknown exception", true};
+                }
+                if (failure) logger_->error("tool {} threw a non-std exception", call->name);
+            }
+        }
+        json::object res;
+        json::array content;
+        json::object text;
+        text["type"] = "text";
+        text["text"] = result.text;
+        content.push_back(std::move(text));
+        res["content"] = std::move(content);
+        emit(tool_execution_end_event{call->id, call->name, json::value(std::move(res)), result.is_error});
+        auto tr = std::make_shared<message>(
+            make_tool_result(call->id, call->name, std::move(result.text), result.is_error));
+        append(tr);
+        emit(message_start_event{tr});
+        emit(message_end_event{tr});
+        out.added.push_back(std::move(tr));
+    }
+}
+
+}  // namespace coagent

@@ -1,0 +1,236 @@
+#include <coagent/session/history.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+namespace coagent {
+
+namespace fs = std::filesystem;
+
+std::string random_hex_id(std::size_t hex_digits) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s(hex_digits, '0');
+    std::uint64_t bits = 0;
+    for (std::size_t i = 0; i < hex_digits; ++i) {
+        if (i % 16 == 0) bits = rng();
+        s[i] = digits[bits & 0xf];
+        bits >>= 4;
+    }
+    return s;
+}
+
+namespace {
+
+std::string iso_timestamp(std::int64_t ms) {
+    using namespace std::chrono;
+    const auto tp = sys_time<milliseconds>(milliseconds(ms));
+    const auto day = floor<days>(tp);
+    const year_month_day ymd(day);
+    const hh_mm_ss hms(tp - day);
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ", int(ymd.year()),
+                  unsigned(ymd.month()), unsigned(ymd.day()), int(hms.hours().count()),
+                  int(hms.minutes().count()), int(hms.seconds().count()),
+                  int(hms.subseconds().count()));
+    return buf;
+}
+
+}  // namespace
+
+session_history::session_history() : id_(random_hex_id(32)) {}
+
+session_history::~session_history() {
+    if (out_) std::fclose(out_);
+}
+
+session_history::session_history(session_history&& o) noexcept
+    : id_(std::move(o.id_)),
+      cwd_(std::move(o.cwd_)),
+      file_(std::move(o.file_)),
+      out_(o.out_),
+      header_written_(o.header_written_),
+      entries_(std::move(o.entries_)) {
+    o.out_ = nullptr;
+}
+
+session_history& session_history::operator=(session_history&& o) noexcept {
+    if (this != &o) {
+        if (out_) std::fclose(out_);
+        id_ = std::move(o.id_);
+        cwd_ = std::move(o.cwd_);
+        file_ = std::move(o.file_);
+        out_ = o.out_;
+        o.out_ = nullptr;
+        header_written_ = o.header_written_;
+        entries_ = std::move(o.entries_);
+    }
+    return *this;
+}
+
+session_history session_history::create_file(const fs::path& dir, std::string cwd) {
+    session_history h;
+    h.cwd_ = std::move(cwd);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw std::system_error(ec, "cannot create session directory " + dir.string());
+    std::string ts = iso_timestamp(wall_clock_ms());
+    for (char& c : ts)
+        if (c == ':' || c == '.') c = '-';
+    h.file_ = dir / (ts + "_" + h.id_ + ".jsonl");
+    h.out_ = std::fopen(h.file_->c_str(), "ae");
+    if (!h.out_)
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot open session file " + h.file_->string());
+    return h;
+}
+
+std::error_code session_history::write_line(const json::object& o) {
+    if (!out_) return {};
+    std::string line = json::serialize(o);
+    line.push_back('\n');
+    if (std::fwrite(line.data(), 1, line.size(), out_) != line.size() || std::fflush(out_) != 0)
+        return {errno ? errno : EIO, std::generic_category()};
+    return {};
+}
+
+std::error_code session_history::append_entry(std::string type, json::object fields) {
+    message_ptr m;
+    if (type == "message")
+        if (auto* v = fields.if_contains("message"))
+            m = std::make_shared<message>(message_from_json(*v));
+    return append(std::move(type), std::move(fields), std::move(m));
+}
+
+std::error_code session_history::append_message(message_ptr m) {
+    return append("message", {}, std::move(m));
+}
+
+std::error_code session_history::append(std::string type, json::object fields, message_ptr m) {
+    history_entry e;
+    e.id = random_hex_id(8);
+    e.parent_id = entries_.empty() ? std::string() : entries_.back().id;
+    e.type = std::move(type);
+    e.msg = std::move(m);
+    std::error_code ec;
+    if (out_) {  // in-memory sessions never serialise
+        json::object o;
+        o["type"] = e.type;
+        o["id"] = e.id;
+        if (e.parent_id.empty())
+            o["parentId"] = nullptr;
+        else
+            o["parentId"] = e.parent_id;
+        o["timestamp"] = iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
+        for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
+        if (e.msg && !o.contains("message")) o["message"] = to_json(*e.msg);
+        if (!header_written_) {
+            json::object h;
+            h["type"] = "session";
+            h["version"] = 3;
+            h["id"] = id_;
+            h["timestamp"] = iso_timestamp(wall_clock_ms());
+            h["cwd"] = cwd_;
+            ec = write_line(h);
+            if (!ec) header_written_ = true;
+        }
+        if (!ec) ec = write_line(o);
+        e.raw = std::move(o);
+    }
+    entries_.push_back(std::move(e));
+    return ec;
+}
+
+std::vector<message_ptr> session_history::messages() const {
+    std::vector<message_ptr> out;
+    for (const auto& e : entries_)
+        if (e.msg) out.push_back(e.msg);
+    return out;
+}
+
+session_history::loaded session_history::load(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw std::runtime_error(file.string() + ": cannot open session file");
+    loaded out;
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+    // a last line without a newline was cut by a crash unless it parses
+    const bool last_terminated = [&] {
+        in.clear();
+        in.seekg(-1, std::ios::end);
+        char c = 0;
+        return in.get(c) && c == '\n';
+    }();
+
+    auto parse = [](const std::string& s) -> std::optional<json::object> {
+        boost::system::error_code ec;
+        auto v = json::parse(s, ec);
+        if (ec || !v.is_object()) return std::nullopt;
+        return std::move(v.get_object());
+    };
+
+    if (lines.empty()) throw std::runtime_error(file.string() + ": not a session file (empty)");
+    auto header = parse(lines[0]);
+    if (!header || !header->contains("type") || (*header)["type"] != "session" ||
+        !(*header)["id"].is_string())
+        throw std::runtime_error(file.string() +
+                                 ": not a session file (line 1 is not a {\"type\":\"session\"} header)");
+    out.history.id_ = std::string((*header)["id"].get_string());
+    if (auto* c = header->if_contains("cwd"); c && c->is_string()) out.history.cwd_ = c->get_string();
+    out.history.header_written_ = true;
+
+    for (std::size_t i = 1; i < lines.size(); ++i) {
+        const bool is_last = i + 1 == lines.size();
+        if (lines[i].empty()) continue;
+        auto o = parse(lines[i]);
+        if (!o) {
+            if (is_last)
+                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
+                                       ": torn last line skipped (" +
+                                       (last_terminated ? "unparsable" : "no newline") + ")");
+            else
+                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
+                                       ": unparsable line skipped");
+            continue;
+        }
+        history_entry e;
+        if (auto* t = o->if_contains("type"); t && t->is_string()) e.type = t->get_string();
+        if (auto* id = o->if_contains("id"); id && id->is_string()) e.id = id->get_string();
+        if (auto* p = o->if_contains("parentId"); p && p->is_string()) e.parent_id = p->get_string();
+        if (e.type == "message") {
+            try {
+                e.msg = std::make_shared<message>(message_from_json((*o)["message"]));
+            } catch (const std::exception& ex) {
+                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) + ": " + ex.what() +
+                                       "; entry skipped");
+                continue;
+            }
+        } else if (e.type != "compaction" && e.type != "model_change" &&
+                   e.type != "thinking_level_change" && e.type != "session_info" &&
+                   e.type != "custom" && e.type != "label") {
+            out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
+                                   ": unknown entry type \"" + e.type + "\" kept");
+        }
+        e.raw = std::move(*o);
+        out.history.entries_.push_back(std::move(e));
+    }
+    out.history.file_ = file;
+    out.history.out_ = std::fopen(file.c_str(), "ae");
+    if (!out.history.out_)
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot append to session file " + file.string());
+    if (!last_terminated) {
+        // start appends on a fresh line after a torn tail
+        std::fputc('\n', out.history.out_);
+        std::fflush(out.history.out_);
+    }
+    return out;
+}
+
+}  // namespace coagent

@@ -1,0 +1,665 @@
+#include <coagent/session/settings_store.hpp>
+
+#include <boost/json/parser.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace coagent {
+
+namespace {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+constexpr std::string_view runtime_label = "<runtime>";
+
+// ---------------------------------------------------------------------------------------------
+// The schema: every known key, in one place.
+// ---------------------------------------------------------------------------------------------
+
+enum class value_type { boolean, integer };
+
+struct schema_entry {
+    std::string_view key;          // dotted
+    value_type type;
+    std::int64_t default_value;    // booleans as 0 / 1
+    std::int64_t min;              // integers only
+    std::int64_t max;              // from the field's C++ type
+    void (*store)(settings&, std::int64_t);
+    std::int64_t (*load)(const settings&);
+};
+
+// Accessors for settings.*Group.*Field, with the limits of the field's type.
+template <auto Group, auto Field>
+struct field {
+    using type = std::remove_cvref_t<decltype((std::declval<settings&>().*Group).*Field)>;
+    static void store(settings& s, std::int64_t v) { (s.*Group).*Field = static_cast<type>(v); }
+    static std::int64_t load(const settings& s) {
+        return static_cast<std::int64_t>((s.*Group).*Field);
+    }
+};
+
+template <auto Group, auto Field>
+constexpr schema_entry boolean(std::string_view key, bool default_value) {
+    using f = field<Group, Field>;
+    static_assert(std::is_same_v<typename f::type, bool>);
+    return {key, value_type::boolean, default_value ? 1 : 0, 0, 1, &f::store, &f::load};
+}
+
+template <auto Group, auto Field>
+constexpr schema_entry integer(std::string_view key, std::int64_t default_value,
+                               std::int64_t min) {
+    using f = field<Group, Field>;
+    using t = typename f::type;
+    static_assert(std::is_integral_v<t> && !std::is_same_v<t, bool> && std::is_signed_v<t> &&
+                  sizeof(t) <= sizeof(std::int64_t));
+    return {key,  value_type::integer, default_value, min, std::numeric_limits<t>::max(),
+            &f::store, &f::load};
+}
+
+// clang-format off
+constexpr schema_entry schema[] = {
+    boolean<&settings::retry, &retry_settings::enabled>("retry.enabled", true),
+    integer<&settings::retry, &retry_settings::max_retries>("retry.maxRetries", 3, 0),
+    integer<&settings::retry, &retry_settings::base_delay_ms>("retry.baseDelayMs", 2000, 0),
+    boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
+    integer<&settings::compaction, &compaction_settings::reserve_tokens>(
+        "compaction.reserveTokens", 16384, 0),
+    integer<&settings::compaction, &compaction_settings::keep_recent_tokens>(
+        "compaction.keepRecentTokens", 20000, 0),
+    integer<&settings::provider, &provider_settings::connect_timeout_ms>(
+        "provider.connectTimeoutMs", 10000, 1),
+    integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
+        "provider.streamIdleTimeoutMs", 120000, 1),
+};
+// clang-format on
+
+const schema_entry* find_entry(std::string_view dotted) noexcept {
+    for (const auto& e : schema)
+        if (e.key == dotted) return &e;
+    return nullptr;
+}
+
+// A proper prefix of some known key ("retry"), i.e. a group that must be an object.
+bool is_group(std::string_view dotted) noexcept {
+    for (const auto& e : schema)
+        if (e.key.size() > dotted.size() && e.key.starts_with(dotted) &&
+            e.key[dotted.size()] == '.')
+            return true;
+    return false;
+}
+
+std::string_view type_name(value_type t) noexcept {
+    return t == value_type::boolean ? "boolean" : "integer";
+}
+
+std::string expected_text(const schema_entry& e) {
+    if (e.type == value_type::boolean) return "a boolean (true or false)";
+    if (e.min == 0) return "a non-negative integer";
+    if (e.min == 1) return "a positive integer";
+    return "an integer of at least " + std::to_string(e.min);
+}
+
+json::value default_json(const schema_entry& e) {
+    if (e.type == value_type::boolean) return json::value(e.default_value != 0);
+    return json::value(e.default_value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON text: compact (for messages) and indented (for files). Doubles are written in their
+// shortest round-trip form ("2.5", not Boost's "2.5E0"), always with a '.' or an exponent.
+// ---------------------------------------------------------------------------------------------
+
+void append_double(std::string& out, double d) {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+    if (ec != std::errc{} || !std::isfinite(d)) {
+        out += json::serialize(json::value(d));
+        return;
+    }
+    std::string_view s(buf, static_cast<std::size_t>(end - buf));
+    out += s;
+    if (s.find_first_of(".eE") == std::string_view::npos) out += ".0";
+}
+
+void append_json(std::string& out, const json::value& v, int indent, int depth) {
+    const auto newline = [&](int d) {
+        out += '\n';
+        out.append(static_cast<std::size_t>(indent * d), ' ');
+    };
+    switch (v.kind()) {
+        case json::kind::object: {
+            const auto& o = v.get_object();
+            if (o.empty()) {
+                out += "{}";
+                return;
+            }
+            out += '{';
+            bool first = true;
+            for (const auto& kv : o) {
+                if (!first) out += ',';
+                first = false;
+                if (indent > 0) newline(depth + 1);
+                out += json::serialize(kv.key());
+                out += indent > 0 ? ": " : ":";
+                append_json(out, kv.value(), indent, depth + 1);
+            }
+            if (indent > 0) newline(depth);
+            out += '}';
+            return;
+        }
+        case json::kind::array: {
+            const auto& a = v.get_array();
+            if (a.empty()) {
+                out += "[]";
+                return;
+            }
+            out += '[';
+            bool first = true;
+            for (const auto& x : a) {
+                if (!first) out += ',';
+                first = false;
+                if (indent > 0) newline(depth + 1);
+                append_json(out, x, indent, depth + 1);
+            }
+            if (indent > 0) newline(depth);
+            out += ']';
+            return;
+        }
+        case json::kind::double_:
+            append_double(out, v.get_double());
+            return;
+        default:
+            out += json::serialize(v);
+            return;
+    }
+}
+
+// Compact JSON of a value for an error message, cut to a readable length.
+std::string compact(const json::value& v) {
+    constexpr std::size_t max_len = 80;
+    std::string out;
+    append_json(out, v, 0, 0);
+    if (out.size() > max_len) {
+        std::size_t cut = max_len - 3;
+        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+        out.resize(cut);
+        out += "...";
+    }
+    return out;
+}
+
+std::string pretty(const json::value& v) {
+    std::string out;
+    append_json(out, v, 2, 0);
+    out += '\n';
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+std::string standard_message(const std::string& file, const std::string& key,
+                             const std::string& expected, const std::string& found) {
+    std::string m = file;
+    m += ": ";
+    if (!key.empty()) {
+        m += "key \"";
+        m += key;
+        m += "\": ";
+    }
+    m += "expected ";
+    m += expected;
+    m += ", found ";
+    m += found;
+    return m;
+}
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+[[noreturn]] void throw_io(const std::string& label, std::string_view action, int err) {
+    const std::string text = errno_text(err);
+    throw settings_error(label, "", "a readable and writable file", text,
+                         label + ": cannot " + std::string(action) + ": " + text);
+}
+
+// The same error, its message ending in "(not overwritten)".
+[[noreturn]] void throw_not_overwritten(const settings_error& e) {
+    settings_error out(e.file, e.key, e.expected, e.found,
+                       std::string(e.what()) + " (not overwritten)");
+    out.line = e.line;
+    out.column = e.column;
+    throw out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys and values
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::string_view> split_key(std::string_view dotted) {
+    std::vector<std::string_view> parts;
+    std::size_t start = 0;
+    for (;;) {
+        const std::size_t dot = dotted.find('.', start);
+        parts.push_back(dotted.substr(start, dot == std::string_view::npos ? dotted.npos
+                                                                             : dot - start));
+        if (dot == std::string_view::npos) break;
+        start = dot + 1;
+    }
+    return parts;
+}
+
+const schema_entry& require_known(std::string_view dotted, const std::string& label) {
+    if (const auto* e = find_entry(dotted)) return *e;
+    throw settings_error(label, std::string(dotted), "a known key", "an unknown key",
+                         label + ": unknown key \"" + std::string(dotted) + "\"");
+}
+
+// The value of a known key as an int64 (booleans as 0 / 1), or a settings_error.
+std::int64_t check_value(const schema_entry& e, const json::value& v, const std::string& label) {
+    const auto fail = [&](std::string expected) -> std::int64_t {
+        throw settings_error(label, std::string(e.key), std::move(expected), compact(v));
+    };
+    if (e.type == value_type::boolean) {
+        if (!v.is_bool()) fail(expected_text(e));
+        return v.get_bool() ? 1 : 0;
+    }
+    const std::string too_large = expected_text(e) + " no greater than " + std::to_string(e.max);
+    std::int64_t x = 0;
+    if (v.is_int64()) {
+        x = v.get_int64();
+    } else if (v.is_uint64()) {
+        // Only values above INT64_MAX are stored as uint64.
+        return fail(too_large);
+    } else if (v.is_double()) {
+        // 3.0 and 1e3 are integers written another way; 2.5 is not.
+        const double d = v.get_double();
+        if (!std::isfinite(d) || d != std::trunc(d)) return fail(expected_text(e));
+        if (d < -9.2e18) return fail(expected_text(e));
+        if (d > 9.2e18) return fail(too_large);
+        x = static_cast<std::int64_t>(d);
+    } else {
+        return fail(expected_text(e));
+    }
+    if (x < e.min) return fail(expected_text(e));
+    if (x > e.max) return fail(too_large);
+    return x;
+}
+
+// Validates a layer: known keys have the right type, known groups are objects; unknown keys
+// (up to their first unknown part) are appended to `warnings` once each.
+void check_object(const json::object& o, const std::string& prefix, const std::string& label,
+                  std::vector<settings_warning>& warnings) {
+    for (const auto& kv : o) {
+        const std::string_view name = kv.key();
+        std::string path = prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
+        // A key spelt with a dot inside one object ({"retry.enabled": false}) is not the nested
+        // key it looks like: treat it as unknown.
+        const bool plain = !name.empty() && name.find('.') == std::string_view::npos;
+        if (const auto* e = plain ? find_entry(path) : nullptr) {
+            check_value(*e, kv.value(), label);
+        } else if (plain && is_group(path)) {
+            if (!kv.value().is_object())
+                throw settings_error(label, path, "an object", compact(kv.value()));
+            check_object(kv.value().get_object(), path, label, warnings);
+        } else {
+            settings_warning w{label, std::move(path)};
+            if (std::find(warnings.begin(), warnings.end(), w) == warnings.end())
+                warnings.push_back(std::move(w));
+        }
+    }
+}
+
+const json::value* find_path(const json::object& root, std::string_view dotted) {
+    const json::object* o = &root;
+    const json::value* v = nullptr;
+    for (std::string_view part : split_key(dotted)) {
+        if (!o) return nullptr;
+        v = o->if_contains(part);
+        if (!v) return nullptr;
+        o = v->if_object();
+    }
+    return v;
+}
+
+// Sets root[a][b]... = v, creating missing objects. Throws if a part on the way is not an
+// object.
+void set_path(json::object& root, std::string_view dotted, const json::value& v,
+              const std::string& label) {
+    const auto parts = split_key(dotted);
+    json::object* o = &root;
+    std::string path;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+        if (!path.empty()) path += '.';
+        path += parts[i];
+        json::value* next = o->if_contains(parts[i]);
+        if (!next) next = &o->emplace(parts[i], json::object()).first->value();
+        if (!next->is_object()) throw settings_error(label, path, "an object", compact(*next));
+        o = &next->get_object();
+    }
+    (*o)[parts.back()] = v;
+}
+
+bool erase_path(json::object& root, std::string_view dotted) {
+    const auto parts = split_key(dotted);
+    json::object* o = &root;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+        auto* next = o->if_contains(parts[i]);
+        if (!next || !next->is_object()) return false;
+        o = &next->get_object();
+    }
+    return o->erase(parts.back()) != 0;
+}
+
+void deep_merge(json::object& into, const json::object& from) {
+    for (const auto& kv : from) {
+        auto* existing = into.if_contains(kv.key());
+        if (existing && existing->is_object() && kv.value().is_object())
+            deep_merge(existing->get_object(), kv.value().get_object());
+        else
+            into[kv.key()] = kv.value();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+// ---------------------------------------------------------------------------------------------
+
+struct fd_guard {
+    int fd = -1;
+    ~fd_guard() {
+        if (fd >= 0) ::close(fd);
+    }
+    int release() noexcept { return std::exchange(fd, -1); }
+};
+
+// The file's bytes; nullopt if it does not exist.
+std::optional<std::string> read_file(const fs::path& p, const std::string& label) {
+    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0) {
+        if (errno == ENOENT) return std::nullopt;
+        throw_io(label, "open it", errno);
+    }
+    std::string text;
+    char buf[8192];
+    for (;;) {
+        const ssize_t n = ::read(f.fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_io(label, "read it", errno);
+        }
+        if (n == 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    return text;
+}
+
+bool blank(std::string_view s) noexcept {
+    return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// Parses a settings file: a JSON object at the top level.
+json::object parse_file(std::string_view text, const std::string& label) {
+    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte order mark
+    if (blank(text))
+        throw settings_error(label, "", "a JSON object", "an empty file",
+                             label + ": empty file, expected a JSON object");
+    json::parser parser;
+    json::error_code ec;
+    const std::size_t offset = parser.write(text.data(), text.size(), ec);
+    if (ec) {
+        std::size_t line = 1, column = 1;
+        for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+            const auto c = static_cast<unsigned char>(text[i]);
+            if (c == '\n') {
+                ++line;
+                column = 1;
+            } else if ((c & 0xC0) != 0x80) {  // count characters, not UTF-8 bytes
+                ++column;
+            }
+        }
+        const std::string what = ec.message();
+        settings_error e(label, "", "valid JSON", what,
+                         label + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                             ": invalid JSON: " + what);
+        e.line = line;
+        e.column = column;
+        throw e;
+    }
+    json::value v = parser.release();
+    if (!v.is_object()) throw settings_error(label, "", "a JSON object at the top level", compact(v));
+    return std::move(v.get_object());
+}
+
+// Reads and validates one layer; a missing file gives an empty layer.
+void load_layer(const fs::path& p, json::object& data, std::vector<settings_warning>& warnings) {
+    const std::string label = p.string();
+    data = {};
+    warnings.clear();
+    auto text = read_file(p, label);
+    if (!text) return;
+    data = parse_file(*text, label);
+    check_object(data, "", label, warnings);
+}
+
+std::atomic<unsigned> temp_counter{0};
+
+// Replaces `target` with `content`: a temporary file in the same directory, fsync, rename,
+// fsync of the directory. The temporary file is removed on failure.
+void write_atomically(const fs::path& path, const std::string& content, const std::string& label) {
+    fs::path target = path;
+    std::error_code fec;
+    if (fs::is_symlink(path, fec)) {  // write through a symlink, do not replace it
+        auto resolved = fs::canonical(path, fec);
+        if (!fec) target = std::move(resolved);
+    }
+    fs::path dir = target.parent_path();
+    if (dir.empty()) dir = ".";
+    fs::create_directories(dir, fec);
+    if (fec) {
+        throw settings_error(label, "", "a writable directory", fec.message(),
+                             label + ": cannot create directory " + dir.string() + ": " +
+                                 fec.message());
+    }
+
+    struct stat old {};
+    const bool existed = ::stat(target.c_str(), &old) == 0;
+
+    fs::path temp;
+    fd_guard f;
+    for (int attempt = 0; f.fd < 0; ++attempt) {
+        temp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) +
+                      "." + std::to_string(temp_counter.fetch_add(1)));
+        f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (f.fd < 0 && (errno != EEXIST || attempt >= 100))
+            throw_io(label, "create " + temp.string(), errno);
+    }
+    struct temp_guard {
+        const fs::path& p;
+        bool armed = true;
+        ~temp_guard() {
+            if (armed) ::unlink(p.c_str());
+        }
+    } remove_temp{temp};
+
+    if (existed && ::fchmod(f.fd, old.st_mode & 07777) != 0) throw_io(label, "set mode", errno);
+    std::string_view rest = content;
+    while (!rest.empty()) {
+        const ssize_t n = ::write(f.fd, rest.data(), rest.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_io(label, "write " + temp.string(), errno);
+        }
+        rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (::fsync(f.fd) != 0) throw_io(label, "fsync " + temp.string(), errno);
+    if (::close(f.release()) != 0) throw_io(label, "close " + temp.string(), errno);
+    if (::rename(temp.c_str(), target.c_str()) != 0) throw_io(label, "replace it", errno);
+    remove_temp.armed = false;
+
+    fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd < 0) throw_io(label, "open directory " + dir.string(), errno);
+    if (::fsync(d.fd) != 0 && errno != EINVAL) throw_io(label, "fsync directory", errno);
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------
+
+settings_error::settings_error(std::string file, std::string key, std::string expected,
+                               std::string found)
+    : settings_error(file, key, expected, found, standard_message(file, key, expected, found)) {}
+
+settings_error::settings_error(std::string file_, std::string key_, std::string expected_,
+                               std::string found_, const std::string& message)
+    : std::runtime_error(message),
+      file(std::move(file_)),
+      key(std::move(key_)),
+      expected(std::move(expected_)),
+      found(std::move(found_)) {}
+
+std::string settings_warning::message() const {
+    std::string m = file + ": unknown key \"" + key + "\" (kept, not used)";
+    // A known key written flat ({"retry.enabled": false}): suggest the nested form.
+    if (find_entry(key)) {
+        const auto dot = key.find('.');
+        m += "; settings files nest groups: {\"" + key.substr(0, dot) + "\":{\"" +
+             key.substr(dot + 1) + "\":...}}";
+    }
+    return m;
+}
+
+std::vector<setting_info> settings_schema() {
+    std::vector<setting_info> out;
+    for (const auto& e : schema) {
+        out.push_back(setting_info{e.key, type_name(e.type), expected_text(e), default_json(e)});
+    }
+    return out;
+}
+
+std::optional<json::value> setting_value(const settings& s, std::string_view dotted_key) {
+    const auto* e = find_entry(dotted_key);
+    if (!e) return std::nullopt;
+    const std::int64_t v = e->load(s);
+    if (e->type == value_type::boolean) return json::value(v != 0);
+    return json::value(v);
+}
+
+fs::path coagent_dir() {
+    if (const char* d = std::getenv("COAGENT_DIR"); d && *d) return fs::path(d);
+    if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".coagent";
+    throw settings_error("<environment>", "", "COAGENT_DIR or HOME", "neither",
+                         "cannot find the settings directory: neither COAGENT_DIR nor HOME is "
+                         "set");
+}
+
+fs::path global_settings_path(const fs::path& dir) { return dir / "settings.json"; }
+
+fs::path project_settings_path(const fs::path& cwd) { return cwd / ".coagent" / "settings.json"; }
+
+// -------------------------------------------------------------------------------------------------
+
+settings_store settings_store::defaults() {
+    settings_store s;
+    s.runtime_.label = std::string(runtime_label);
+    s.recompute();
+    return s;
+}
+
+settings_store settings_store::load(fs::path global_file, fs::path project_file) {
+    settings_store s;
+    s.global_file_ = std::move(global_file);
+    s.project_file_ = std::move(project_file);
+    s.global_.label = s.global_file_.string();
+    s.project_.label = s.project_file_.string();
+    s.runtime_.label = std::string(runtime_label);
+    load_layer(s.global_file_, s.global_.data, s.global_.warnings);
+    std::error_code ec;
+    const bool same = fs::equivalent(s.global_file_, s.project_file_, ec);
+    if (!same) load_layer(s.project_file_, s.project_.data, s.project_.warnings);
+    s.recompute();
+    return s;
+}
+
+void settings_store::recompute() {
+    json::object merged;
+    for (const auto& e : schema) set_path(merged, e.key, default_json(e), "<schema>");
+    deep_merge(merged, global_.data);
+    deep_merge(merged, project_.data);
+    deep_merge(merged, runtime_.data);
+
+    // Every layer was validated, so each known key of `merged` is valid; a settings_error
+    // here would be a bug.
+    settings next;
+    for (const auto& e : schema) e.store(next, check_value(e, *find_path(merged, e.key), "<merged>"));
+
+    std::vector<settings_warning> warnings = global_.warnings;
+    for (const auto& w : project_.warnings)
+        if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+
+    merged_ = std::move(merged);
+    current_ = next;
+    warnings_ = std::move(warnings);
+}
+
+std::optional<json::value> settings_store::get(std::string_view dotted_key) const {
+    if (const auto* v = find_path(merged_, dotted_key)) return *v;
+    return std::nullopt;
+}
+
+void settings_store::set_override(std::string_view dotted_key, const json::value& v) {
+    const auto& e = require_known(dotted_key, runtime_.label);
+    check_value(e, v, runtime_.label);
+    set_path(runtime_.data, dotted_key, v, runtime_.label);
+    recompute();
+}
+
+void settings_store::clear_override(std::string_view dotted_key) {
+    if (erase_path(runtime_.data, dotted_key)) recompute();
+}
+
+void settings_store::persist_global(std::string_view dotted_key, const json::value& v) {
+    const std::string label = global_file_.string();
+    if (global_file_.empty())
+        throw settings_error(std::string(runtime_label), std::string(dotted_key),
+                             "a global settings file", "none",
+                             "cannot persist \"" + std::string(dotted_key) +
+                                 "\": this store has no global settings file");
+    const auto& e = require_known(dotted_key, std::string(runtime_label));
+    check_value(e, v, std::string(runtime_label));
+
+    json::object root;
+    std::vector<settings_warning> warnings;
+    try {
+        // Re-read: the file may have changed since load. An empty file holds nothing to keep.
+        if (auto text = read_file(global_file_, label); text && !blank(*text))
+            root = parse_file(*text, label);
+        set_path(root, dotted_key, v, label);
+        check_object(root, "", label, warnings);
+    } catch (const settings_error& err) {
+        throw_not_overwritten(err);
+    }
+    write_atomically(global_file_, pretty(json::value(root)), label);
+
+    global_.data = std::move(root);
+    global_.warnings = std::move(warnings);
+    recompute();
+}
+
+}  // namespace coagent
