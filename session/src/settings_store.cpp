@@ -35,11 +35,11 @@ constexpr std::string_view runtime_label = "<runtime>";
 enum class value_type { boolean, integer };
 
 struct schema_entry {
-    std::string_view key;          // dotted
+    std::string_view key;  // dotted
     value_type type;
-    std::int64_t default_value;    // booleans as 0 / 1
-    std::int64_t min;              // integers only
-    std::int64_t max;              // from the field's C++ type
+    std::int64_t default_value;  // booleans as 0 / 1
+    std::int64_t min;            // integers only
+    std::int64_t max;            // from the field's C++ type
     void (*store)(settings&, std::int64_t);
     std::int64_t (*load)(const settings&);
 };
@@ -62,14 +62,14 @@ constexpr schema_entry boolean(std::string_view key, bool default_value) {
 }
 
 template <auto Group, auto Field>
-constexpr schema_entry integer(std::string_view key, std::int64_t default_value,
-                               std::int64_t min) {
+constexpr schema_entry integer(std::string_view key, std::int64_t default_value, std::int64_t min) {
     using f = field<Group, Field>;
     using t = typename f::type;
     static_assert(std::is_integral_v<t> && !std::is_same_v<t, bool> && std::is_signed_v<t> &&
                   sizeof(t) <= sizeof(std::int64_t));
-    return {key,  value_type::integer, default_value, min, std::numeric_limits<t>::max(),
-            &f::store, &f::load};
+    schema_entry e{key, value_type::integer, default_value, min, 0, &f::store, &f::load};
+    e.max = std::numeric_limits<t>::max();
+    return e;
 }
 
 // clang-format off
@@ -231,7 +231,9 @@ std::string standard_message(const std::string& file, const std::string& key,
     return m;
 }
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
+std::string errno_text(int err) {
+    return std::generic_category().message(err);
+}
 
 [[noreturn]] void throw_io(const std::string& label, std::string_view action, int err) {
     const std::string text = errno_text(err);
@@ -257,8 +259,8 @@ std::vector<std::string_view> split_key(std::string_view dotted) {
     std::size_t start = 0;
     for (;;) {
         const std::size_t dot = dotted.find('.', start);
-        parts.push_back(dotted.substr(start, dot == std::string_view::npos ? dotted.npos
-                                                                             : dot - start));
+        parts.push_back(
+            dotted.substr(start, dot == std::string_view::npos ? dotted.npos : dot - start));
         if (dot == std::string_view::npos) break;
         start = dot + 1;
     }
@@ -291,8 +293,9 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
         // 3.0 and 1e3 are integers written another way; 2.5 is not.
         const double d = v.get_double();
         if (!std::isfinite(d) || d != std::trunc(d)) return fail(expected_text(e));
-        if (d < -9.2e18) return fail(expected_text(e));
-        if (d > 9.2e18) return fail(too_large);
+        constexpr double two_63 = 9223372036854775808.0;  // int64 holds [-2^63, 2^63)
+        if (d < -two_63) return fail(expected_text(e));
+        if (d >= two_63) return fail(too_large);
         x = static_cast<std::int64_t>(d);
     } else {
         return fail(expected_text(e));
@@ -443,7 +446,8 @@ json::object parse_file(std::string_view text, const std::string& label) {
         throw e;
     }
     json::value v = parser.release();
-    if (!v.is_object()) throw settings_error(label, "", "a JSON object at the top level", compact(v));
+    if (!v.is_object())
+        throw settings_error(label, "", "a JSON object at the top level", compact(v));
     return std::move(v.get_object());
 }
 
@@ -473,9 +477,9 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     if (dir.empty()) dir = ".";
     fs::create_directories(dir, fec);
     if (fec) {
-        throw settings_error(label, "", "a writable directory", fec.message(),
-                             label + ": cannot create directory " + dir.string() + ": " +
-                                 fec.message());
+        throw settings_error(
+            label, "", "a writable directory", fec.message(),
+            label + ": cannot create directory " + dir.string() + ": " + fec.message());
     }
 
     struct stat old {};
@@ -569,9 +573,13 @@ fs::path coagent_dir() {
                          "set");
 }
 
-fs::path global_settings_path(const fs::path& dir) { return dir / "settings.json"; }
+fs::path global_settings_path(const fs::path& dir) {
+    return dir / "settings.json";
+}
 
-fs::path project_settings_path(const fs::path& cwd) { return cwd / ".coagent" / "settings.json"; }
+fs::path project_settings_path(const fs::path& cwd) {
+    return cwd / ".coagent" / "settings.json";
+}
 
 // -------------------------------------------------------------------------------------------------
 
@@ -607,7 +615,8 @@ void settings_store::recompute() {
     // Every layer was validated, so each known key of `merged` is valid; a settings_error
     // here would be a bug.
     settings next;
-    for (const auto& e : schema) e.store(next, check_value(e, *find_path(merged, e.key), "<merged>"));
+    for (const auto& e : schema)
+        e.store(next, check_value(e, *find_path(merged, e.key), "<merged>"));
 
     std::vector<settings_warning> warnings = global_.warnings;
     for (const auto& w : project_.warnings)

@@ -30,10 +30,10 @@ struct settings_error : std::runtime_error {
     settings_error(std::string file, std::string key, std::string expected, std::string found,
                    const std::string& message);
 
-    std::string file;      // the file's path, "<runtime>" for overrides
-    std::string key;       // dotted key ("retry.maxRetries"); empty if about the whole file
-    std::string expected;  // "a non-negative integer", "a JSON object", "valid JSON", ...
-    std::string found;     // compact JSON of the value found, or what went wrong instead
+    std::string file;        // the file's path, "<runtime>" for overrides
+    std::string key;         // dotted key ("retry.maxRetries"); empty if about the whole file
+    std::string expected;    // "a non-negative integer", "a JSON object", "valid JSON", ...
+    std::string found;       // compact JSON of the value found, or what went wrong instead
     std::size_t line = 0;    // 1-based position of a JSON syntax error; 0 if not one
     std::size_t column = 0;  // 1-based, in characters
 };
@@ -50,9 +50,9 @@ struct settings_warning {
 
 /// One entry of the schema, for callers that list or document settings.
 struct setting_info {
-    std::string_view key;       // dotted: "retry.maxRetries"
-    std::string_view type;      // "boolean" or "integer"
-    std::string expected;       // as written in errors: "a non-negative integer"
+    std::string_view key;   // dotted: "retry.maxRetries"
+    std::string_view type;  // "boolean" or "integer"
+    std::string expected;   // as written in errors: "a non-negative integer"
     boost::json::value default_value;
 };
 
@@ -72,7 +72,7 @@ std::filesystem::path project_settings_path(const std::filesystem::path& cwd);
 
 /// The settings layers and their merge. Not thread-safe: use it from one thread or strand.
 class settings_store {
-public:
+  public:
     /// Schema defaults only: no files, no warnings.
     static settings_store defaults();
 
@@ -111,7 +111,7 @@ public:
     const std::filesystem::path& global_file() const noexcept { return global_file_; }
     const std::filesystem::path& project_file() const noexcept { return project_file_; }
 
-private:
+  private:
     struct layer {
         std::string label;  // file path as text, or "<runtime>"
         boost::json::object data;

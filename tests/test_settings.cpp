@@ -1,0 +1,604 @@
+// settings_store: schema defaults, layering, validation messages, unknown keys, persist_global.
+
+#include <coagent/session/settings_store.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using coagent::settings_error;
+using coagent::settings_store;
+using coagent::settings_warning;
+
+namespace {
+
+// A fresh directory per test, removed with everything in it.
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        static std::atomic<unsigned> counter{0};
+        path = fs::temp_directory_path() / ("coagent-settings-test-" + std::to_string(::getpid()) +
+                                            "-" + std::to_string(counter.fetch_add(1)));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        // Undo any chmod 000 of a test so that everything can be removed.
+        for (auto it = fs::recursive_directory_iterator(path, ec);
+             !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+            fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+        fs::remove_all(path, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+
+    fs::path global() const { return path / "home" / "settings.json"; }
+    fs::path project() const { return path / "project" / ".coagent" / "settings.json"; }
+};
+
+void write_file(const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << text;
+    REQUIRE(out.good());
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::vector<std::string> dir_entries(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Runs f, which must throw settings_error, and returns the error.
+settings_error expect_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const settings_error& e) {
+        return e;
+    }
+    FAIL("no settings_error thrown");
+    throw std::logic_error("unreachable");
+}
+
+// Restores an environment variable when the test ends.
+struct env_guard {
+    std::string name;
+    std::optional<std::string> old;
+    explicit env_guard(std::string n) : name(std::move(n)) {
+        if (const char* v = std::getenv(name.c_str())) old = v;
+    }
+    ~env_guard() {
+        if (old)
+            ::setenv(name.c_str(), old->c_str(), 1);
+        else
+            ::unsetenv(name.c_str());
+    }
+};
+
+}  // namespace
+
+TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
+    struct expected_key {
+        std::string key;
+        std::string type;
+        json::value value;
+    };
+    const std::vector<expected_key> keys = {
+        {"retry.enabled", "boolean", true},
+        {"retry.maxRetries", "integer", 3},
+        {"retry.baseDelayMs", "integer", 2000},
+        {"compaction.enabled", "boolean", true},
+        {"compaction.reserveTokens", "integer", 16384},
+        {"compaction.keepRecentTokens", "integer", 20000},
+        {"provider.connectTimeoutMs", "integer", 10000},
+        {"provider.streamIdleTimeoutMs", "integer", 120000},
+    };
+    const auto schema = coagent::settings_schema();
+    REQUIRE(schema.size() == keys.size());
+    const coagent::settings plain{};
+    const auto store = settings_store::defaults();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        INFO(keys[i].key);
+        CHECK(schema[i].key == keys[i].key);
+        CHECK(schema[i].type == keys[i].type);
+        CHECK(schema[i].default_value == keys[i].value);
+        // The schema's default is the struct's default initializer.
+        CHECK(coagent::setting_value(plain, keys[i].key) == keys[i].value);
+        CHECK(coagent::setting_value(store.current(), keys[i].key) == keys[i].value);
+        CHECK(store.get(keys[i].key) == keys[i].value);
+    }
+    CHECK(store.warnings().empty());
+    CHECK(store.get("retry") ==
+          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000})"));
+    CHECK_FALSE(store.get("nope").has_value());
+    CHECK_FALSE(store.get("retry.nope").has_value());
+    CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
+    CHECK(schema[1].expected == "a non-negative integer");
+    CHECK(schema[6].expected == "a positive integer");
+}
+
+TEST_CASE("missing files are empty layers", "[settings]") {
+    temp_dir dir;
+    const auto store = settings_store::load(dir.global(), dir.project());
+    CHECK(store.current().retry.enabled);
+    CHECK(store.current().retry.max_retries == 3);
+    CHECK(store.current().provider.stream_idle_timeout_ms == 120000);
+    CHECK(store.warnings().empty());
+    CHECK(store.global_file() == dir.global());
+    CHECK(store.project_file() == dir.project());
+}
+
+TEST_CASE("layering: defaults < global < project < runtime override", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"retry":{"enabled":false,"maxRetries":5,"baseDelayMs":100},
+                                "compaction":{"reserveTokens":1000}})");
+    write_file(dir.project(), R"({"retry":{"maxRetries":7},"provider":{"connectTimeoutMs":50}})");
+    auto store = settings_store::load(dir.global(), dir.project());
+    const auto& s = store.current();
+
+    CHECK_FALSE(s.retry.enabled);                     // global
+    CHECK(s.retry.max_retries == 7);                  // project over global
+    CHECK(s.retry.base_delay_ms == 100);              // global
+    CHECK(s.compaction.enabled);                      // default
+    CHECK(s.compaction.reserve_tokens == 1000);       // global
+    CHECK(s.compaction.keep_recent_tokens == 20000);  // default
+    CHECK(s.provider.connect_timeout_ms == 50);       // project
+    CHECK(store.get("retry") ==
+          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100})"));
+
+    store.set_override("retry.maxRetries", 9);
+    store.set_override("retry.enabled", true);
+    CHECK(store.current().retry.max_retries == 9);  // override over project
+    CHECK(store.current().retry.enabled);           // override over global
+    CHECK(store.get("retry.maxRetries") == json::value(9));
+    CHECK(&store.current() == &s);  // the same object, updated in place
+
+    store.clear_override("retry.maxRetries");
+    CHECK(store.current().retry.max_retries == 7);
+    CHECK(store.current().retry.enabled);
+    store.clear_override("retry.maxRetries");  // no override: no effect
+    store.clear_override("no.such.key");
+    CHECK(store.current().retry.max_retries == 7);
+}
+
+TEST_CASE("integers written as whole doubles are accepted", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"retry":{"maxRetries":4.0,"baseDelayMs":1e3}})");
+    const auto store = settings_store::load(dir.global(), dir.project());
+    CHECK(store.current().retry.max_retries == 4);
+    CHECK(store.current().retry.base_delay_ms == 1000);
+}
+
+TEST_CASE("a project file that is the global file is read once", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"quietStartup":true,"retry":{"maxRetries":1}})");
+    const auto store = settings_store::load(dir.global(), dir.global());
+    CHECK(store.current().retry.max_retries == 1);
+    REQUIRE(store.warnings().size() == 1);
+    CHECK(store.warnings()[0] == settings_warning{dir.global().string(), "quietStartup"});
+}
+
+TEST_CASE("wrong values name the file, key, expected type and value found", "[settings]") {
+    struct bad_case {
+        std::string text;
+        std::string key;
+        std::string expected;
+        std::string found;
+    };
+    const std::vector<bad_case> cases = {
+        {R"({"retry":{"enabled":"yes"}})", "retry.enabled", "a boolean (true or false)",
+         R"("yes")"},
+        {R"({"retry":{"enabled":1}})", "retry.enabled", "a boolean (true or false)", "1"},
+        {R"({"retry":{"enabled":{"x":[1,2.5]}}})", "retry.enabled", "a boolean (true or false)",
+         R"({"x":[1,2.5]})"},
+        {R"({"retry":{"maxRetries":-1}})", "retry.maxRetries", "a non-negative integer", "-1"},
+        {R"({"retry":{"maxRetries":2.5}})", "retry.maxRetries", "a non-negative integer", "2.5"},
+        {R"({"retry":{"maxRetries":"3"}})", "retry.maxRetries", "a non-negative integer", R"("3")"},
+        {R"({"retry":{"maxRetries":"three"}})", "retry.maxRetries", "a non-negative integer",
+         R"("three")"},
+        {R"({"retry":{"maxRetries":true}})", "retry.maxRetries", "a non-negative integer", "true"},
+        {R"({"retry":{"maxRetries":3000000000}})", "retry.maxRetries",
+         "a non-negative integer no greater than 2147483647", "3000000000"},
+        {R"({"retry":{"baseDelayMs":18446744073709551615}})", "retry.baseDelayMs",
+         "a non-negative integer no greater than 9223372036854775807", "18446744073709551615"},
+        {R"({"retry":{"baseDelayMs":1e19}})", "retry.baseDelayMs",
+         "a non-negative integer no greater than 9223372036854775807", "1e+19"},
+        {R"({"retry":{"baseDelayMs":-1e19}})", "retry.baseDelayMs", "a non-negative integer",
+         "-1e+19"},
+        {R"({"retry":{"baseDelayMs":null}})", "retry.baseDelayMs", "a non-negative integer",
+         "null"},
+        {R"({"compaction":{"enabled":"false"}})", "compaction.enabled", "a boolean (true or false)",
+         R"("false")"},
+        {R"({"compaction":{"reserveTokens":-5}})", "compaction.reserveTokens",
+         "a non-negative integer", "-5"},
+        {R"({"provider":{"connectTimeoutMs":0}})", "provider.connectTimeoutMs",
+         "a positive integer", "0"},
+        {R"({"provider":{"streamIdleTimeoutMs":[]}})", "provider.streamIdleTimeoutMs",
+         "a positive integer", "[]"},
+        {R"({"retry":5})", "retry", "an object", "5"},
+        {R"({"compaction":[true]})", "compaction", "an object", "[true]"},
+        {R"({"provider":null})", "provider", "an object", "null"},
+        {R"([1,2])", "", "a JSON object at the top level", "[1,2]"},
+        {R"("retry")", "", "a JSON object at the top level", R"("retry")"},
+    };
+    temp_dir dir;
+    for (const bool in_project : {false, true}) {
+        for (const auto& c : cases) {
+            INFO((in_project ? "project: " : "global: ") + c.text);
+            const fs::path file = in_project ? dir.project() : dir.global();
+            fs::remove(dir.global());
+            fs::remove(dir.project());
+            write_file(file, c.text);
+            const auto e =
+                expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+            CHECK(e.file == file.string());
+            CHECK(e.key == c.key);
+            CHECK(e.expected == c.expected);
+            CHECK(e.found == c.found);
+            CHECK(e.line == 0);
+            const std::string key_part = c.key.empty() ? "" : "key \"" + c.key + "\": ";
+            CHECK(std::string(e.what()) == file.string() + ": " + key_part + "expected " +
+                                               c.expected + ", found " + c.found);
+        }
+    }
+}
+
+TEST_CASE("the error message reads as documented", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"retry":{"maxRetries":"three"}})");
+    const auto e = expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+    CHECK(std::string(e.what()) == dir.global().string() +
+                                       R"(: key "retry.maxRetries": expected a non-negative )"
+                                       R"(integer, found "three")");
+}
+
+TEST_CASE("a long value is cut in the message", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"retry":{"enabled":")" + std::string(200, 'x') + R"("}})");
+    const auto e = expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+    CHECK(e.found.size() == 80);
+    CHECK(e.found.starts_with("\"xxx"));
+    CHECK(e.found.ends_with("..."));
+}
+
+TEST_CASE("invalid JSON names the file and the line:column of the error", "[settings]") {
+    struct bad_json {
+        std::string text;
+        std::size_t line, column;
+        std::string message;
+    };
+    const std::vector<bad_json> cases = {
+        // the error points at the start of the bad literal "tru"
+        {"{\n  \"retry\": {\"enabled\": tru }\n}\n", 2, 24, "syntax error"},
+        {"{\"retry\": {\"enabled\": true,}}", 1, 28, "syntax error"},
+        {"{\"retry\": {\n", 2, 1, "incomplete JSON"},
+        {"{}\n{}", 2, 1, "extra data"},
+        // columns count characters, not bytes: "é" is two bytes
+        {"{\"é\": 1,\n \"ü\": 2 x}", 2, 9, "syntax error"},
+        {"\xEF\xBB\xBF{\"a\" 1}", 1, 6, "syntax error"},  // after a byte order mark
+    };
+    temp_dir dir;
+    for (const auto& c : cases) {
+        INFO(c.text);
+        write_file(dir.global(), c.text);
+        const auto e =
+            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+        CHECK(e.file == dir.global().string());
+        CHECK(e.line == c.line);
+        CHECK(e.column == c.column);
+        CHECK(e.expected == "valid JSON");
+        CHECK(e.found == c.message);
+        CHECK(std::string(e.what()) == dir.global().string() + ":" + std::to_string(c.line) + ":" +
+                                           std::to_string(c.column) +
+                                           ": invalid JSON: " + c.message);
+    }
+}
+
+TEST_CASE("an empty file is an error", "[settings]") {
+    temp_dir dir;
+    for (const std::string text : {"", "  \n\t\r\n"}) {
+        write_file(dir.project(), text);
+        const auto e =
+            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+        CHECK(e.file == dir.project().string());
+        CHECK(e.key.empty());
+        CHECK(e.expected == "a JSON object");
+        CHECK(std::string(e.what()) ==
+              dir.project().string() + ": empty file, expected a JSON object");
+    }
+}
+
+TEST_CASE("an unreadable file is an error naming the file and the reason", "[settings]") {
+    temp_dir dir;
+    SECTION("permission denied") {
+        if (::geteuid() == 0) {
+            WARN("running as root, which can read a chmod 000 file: check skipped");
+            return;
+        }
+        write_file(dir.global(), "{}");
+        fs::permissions(dir.global(), fs::perms::none);
+        const auto e =
+            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+        CHECK(e.file == dir.global().string());
+        CHECK(std::string(e.what()) == dir.global().string() + ": cannot open it: " +
+                                           std::generic_category().message(EACCES));
+    }
+    SECTION("a directory where the file should be") {
+        fs::create_directories(dir.project());
+        const auto e =
+            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+        CHECK(e.file == dir.project().string());
+        CHECK(std::string(e.what()) == dir.project().string() + ": cannot read it: " +
+                                           std::generic_category().message(EISDIR));
+    }
+    SECTION("a file where a directory should be") {
+        write_file(dir.path / "project" / ".coagent", "not a directory");
+        const auto e =
+            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
+        CHECK(std::string(e.what()) == dir.project().string() + ": cannot open it: " +
+                                           std::generic_category().message(ENOTDIR));
+    }
+}
+
+TEST_CASE("unknown keys are kept and warned about once each", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({
+        "quietStartup": true,
+        "retry": {"enabled": false, "provider": {"maxRetries": 2, "timeoutMs": 5},
+                  "fallbackChains": {"default": ["a/b"]}},
+        "theme": {"name": "dark"},
+        "retry.maxRetries": 9
+    })");
+    write_file(dir.project(), R"({"quietStartup": false, "theme": {"size": 3}})");
+    const auto g = dir.global().string();
+    const auto p = dir.project().string();
+    auto store = settings_store::load(dir.global(), dir.project());
+
+    const std::vector<settings_warning> expected = {
+        {g, "quietStartup"}, {g, "retry.provider"},   {g, "retry.fallbackChains"},
+        {g, "theme"},        {g, "retry.maxRetries"}, {p, "quietStartup"},
+        {p, "theme"},
+    };
+    CHECK(store.warnings() == expected);
+    CHECK(store.warnings()[0].message() == g + R"(: unknown key "quietStartup" (kept, not used))");
+    // A known key written flat is not applied, and the warning says how to nest it.
+    CHECK(store.current().retry.max_retries == 3);
+    CHECK(store.warnings()[4].message() ==
+          g + R"(: unknown key "retry.maxRetries" (kept, not used); settings files nest )"
+              R"(groups: {"retry":{"maxRetries":...}})");
+
+    // Kept: visible through get(), project over global, objects merged key by key.
+    CHECK(store.get("quietStartup") == json::value(false));
+    CHECK(store.get("retry.provider.maxRetries") == json::value(2));
+    CHECK(store.get("retry.fallbackChains") == json::parse(R"({"default":["a/b"]})"));
+    CHECK(store.get("theme") == json::parse(R"({"name":"dark","size":3})"));
+    CHECK_FALSE(store.current().retry.enabled);
+
+    // Changes do not repeat the warnings.
+    store.set_override("retry.enabled", true);
+    store.persist_global("retry.baseDelayMs", 10);
+    CHECK(store.warnings() == expected);
+}
+
+TEST_CASE("runtime overrides are validated", "[settings]") {
+    auto store = settings_store::defaults();
+    store.set_override("retry.enabled", false);
+
+    auto e = expect_error([&] { store.set_override("retry.enabled", "yes"); });
+    CHECK(e.file == "<runtime>");
+    CHECK(e.key == "retry.enabled");
+    CHECK(std::string(e.what()) ==
+          R"(<runtime>: key "retry.enabled": expected a boolean (true or false), found "yes")");
+
+    e = expect_error([&] { store.set_override("retry.maxRetries", -2); });
+    CHECK(std::string(e.what()) ==
+          R"(<runtime>: key "retry.maxRetries": expected a non-negative integer, found -2)");
+
+    for (const char* key : {"retry.enabld", "retry", "", "retry.", "quietStartup"}) {
+        INFO(key);
+        e = expect_error([&] { store.set_override(key, true); });
+        CHECK(e.file == "<runtime>");
+        CHECK(std::string(e.what()) == std::string(R"(<runtime>: unknown key ")") + key + "\"");
+    }
+    CHECK_FALSE(store.current().retry.enabled);  // unchanged by the failures
+    CHECK(store.current().retry.max_retries == 3);
+}
+
+TEST_CASE("persist_global keeps every other key", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"quietStartup":true,"retry":{"enabled":true,"maxRetries":5,)"
+                             R"("provider":{"maxRetries":2}},"compaction":{"enabled":false},)"
+                             R"("ratio":2.5,"list":[1,"a",null,{}],"unicode":"é\n"})");
+    write_file(dir.project(), R"({"retry":{"maxRetries":7}})");
+    auto store = settings_store::load(dir.global(), dir.project());
+    const auto warnings_before = store.warnings();
+
+    store.persist_global("retry.enabled", false);
+
+    CHECK_FALSE(store.current().retry.enabled);
+    CHECK(store.current().retry.max_retries == 7);  // the project still outranks global
+    CHECK_FALSE(store.current().compaction.enabled);
+    CHECK(store.warnings() == warnings_before);
+
+    const std::string text = read_text(dir.global());
+    // Same keys, same order, only retry.enabled changed.
+    CHECK(json::serialize(json::parse(text)) ==
+          R"({"quietStartup":true,"retry":{"enabled":false,"maxRetries":5,)"
+          R"("provider":{"maxRetries":2}},"compaction":{"enabled":false},)"
+          R"("ratio":2.5E0,"list":[1,"a",null,{}],"unicode":"é\n"})");
+    CHECK(text.find("\"ratio\": 2.5,") != std::string::npos);  // written as the user wrote it
+    CHECK(
+        text.starts_with("{\n  \"quietStartup\": true,\n  \"retry\": {\n    \"enabled\": false,"));
+    CHECK(text.ends_with("}\n"));
+    // Atomic: nothing but the settings file is left in the directory.
+    CHECK(dir_entries(dir.global().parent_path()) == std::vector<std::string>{"settings.json"});
+
+    // A fresh load sees the same.
+    const auto again = settings_store::load(dir.global(), dir.project());
+    CHECK_FALSE(again.current().retry.enabled);
+    CHECK(again.get("retry.provider.maxRetries") == json::value(2));
+}
+
+TEST_CASE("persist_global re-reads the file before writing", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"retry":{"maxRetries":5}})");
+    auto store = settings_store::load(dir.global(), dir.project());
+    // Another process edits the file after the load.
+    write_file(dir.global(), R"({"retry":{"maxRetries":6},"editor":"vim"})");
+
+    store.persist_global("retry.baseDelayMs", 500);
+
+    CHECK(json::parse(read_text(dir.global())) ==
+          json::parse(R"({"retry":{"maxRetries":6,"baseDelayMs":500},"editor":"vim"})"));
+    CHECK(store.current().retry.max_retries == 6);
+    CHECK(store.current().retry.base_delay_ms == 500);
+    CHECK(store.get("editor") == json::value("vim"));
+    REQUIRE(store.warnings().size() == 1);
+    CHECK(store.warnings()[0].key == "editor");
+}
+
+TEST_CASE("persist_global creates the directory and the file when missing", "[settings]") {
+    temp_dir dir;
+    auto store = settings_store::load(dir.global(), dir.project());
+    REQUIRE_FALSE(fs::exists(dir.global().parent_path()));
+
+    store.persist_global("retry.maxRetries", 4);
+
+    CHECK(json::parse(read_text(dir.global())) == json::parse(R"({"retry":{"maxRetries":4}})"));
+    CHECK(store.current().retry.max_retries == 4);
+    CHECK(dir_entries(dir.global().parent_path()) == std::vector<std::string>{"settings.json"});
+
+    // An empty file holds nothing to keep: it is replaced.
+    write_file(dir.global(), "\n");
+    store.persist_global("retry.enabled", false);
+    CHECK(json::parse(read_text(dir.global())) == json::parse(R"({"retry":{"enabled":false}})"));
+}
+
+TEST_CASE("persist_global keeps the file's mode and writes through a symlink", "[settings]") {
+    temp_dir dir;
+    const fs::path real = dir.path / "dotfiles" / "coagent-settings.json";
+    write_file(real, R"({"retry":{"enabled":true}})");
+    fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);
+    fs::create_directories(dir.global().parent_path());
+    fs::create_symlink(real, dir.global());
+
+    auto store = settings_store::load(dir.global(), dir.project());
+    store.persist_global("retry.enabled", false);
+
+    CHECK(fs::is_symlink(dir.global()));
+    CHECK(json::parse(read_text(real)) == json::parse(R"({"retry":{"enabled":false}})"));
+    CHECK(fs::status(real).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+    CHECK(dir_entries(real.parent_path()) == std::vector<std::string>{"coagent-settings.json"});
+}
+
+TEST_CASE("persist_global refuses to overwrite a file it cannot use", "[settings]") {
+    struct broken {
+        std::string text;
+        std::string message;  // what() after the file name
+    };
+    const std::vector<broken> cases = {
+        {"{\"retry\": {\"enabled\": tru", ":1:26: invalid JSON: incomplete JSON (not overwritten)"},
+        {"[1,2]", ": expected a JSON object at the top level, found [1,2] (not overwritten)"},
+        {R"({"retry":5})", R"(: key "retry": expected an object, found 5 (not overwritten))"},
+        {R"({"retry":{"maxRetries":"x"}})",
+         R"(: key "retry.maxRetries": expected a non-negative integer, found "x" (not )"
+         R"(overwritten))"},
+    };
+    temp_dir dir;
+    for (const auto& c : cases) {
+        INFO(c.text);
+        fs::remove(dir.global());
+        auto store = settings_store::load(dir.global(), dir.project());
+        write_file(dir.global(), c.text);  // broken after the load
+
+        const auto e = expect_error([&] { store.persist_global("retry.enabled", false); });
+        CHECK(e.file == dir.global().string());
+        CHECK(std::string(e.what()) == dir.global().string() + c.message);
+        CHECK(read_text(dir.global()) == c.text);  // untouched
+        CHECK(store.current().retry.enabled);      // unchanged
+        CHECK(dir_entries(dir.global().parent_path()) == std::vector<std::string>{"settings.json"});
+    }
+
+    SECTION("persisting the bad key itself repairs the file") {
+        fs::remove(dir.global());
+        auto store = settings_store::load(dir.global(), dir.project());
+        write_file(dir.global(), R"({"retry":{"maxRetries":"x"},"other":1})");
+        store.persist_global("retry.maxRetries", 2);
+        CHECK(json::parse(read_text(dir.global())) ==
+              json::parse(R"({"retry":{"maxRetries":2},"other":1})"));
+        CHECK(store.current().retry.max_retries == 2);
+    }
+}
+
+TEST_CASE("persist_global validates the key and value first", "[settings]") {
+    temp_dir dir;
+    auto store = settings_store::load(dir.global(), dir.project());
+    auto e = expect_error([&] { store.persist_global("retry.enabled", "no"); });
+    CHECK(e.file == "<runtime>");
+    CHECK(e.key == "retry.enabled");
+    e = expect_error([&] { store.persist_global("retry.enabld", false); });
+    CHECK(std::string(e.what()) == R"(<runtime>: unknown key "retry.enabld")");
+    CHECK_FALSE(fs::exists(dir.global()));
+
+    auto defaults_only = settings_store::defaults();
+    e = expect_error([&] { defaults_only.persist_global("retry.enabled", false); });
+    CHECK(e.file == "<runtime>");
+}
+
+TEST_CASE("a runtime override outranks a persisted value", "[settings]") {
+    temp_dir dir;
+    auto store = settings_store::load(dir.global(), dir.project());
+    store.set_override("retry.enabled", true);
+    store.persist_global("retry.enabled", false);
+    CHECK(store.current().retry.enabled);
+    store.clear_override("retry.enabled");
+    CHECK_FALSE(store.current().retry.enabled);
+}
+
+TEST_CASE("settings paths", "[settings]") {
+    env_guard dir_env("COAGENT_DIR");
+    env_guard home_env("HOME");
+
+    ::setenv("COAGENT_DIR", "/x/coagent", 1);
+    ::setenv("HOME", "/home/u", 1);
+    CHECK(coagent::coagent_dir() == fs::path("/x/coagent"));
+
+    ::setenv("COAGENT_DIR", "", 1);
+    CHECK(coagent::coagent_dir() == fs::path("/home/u/.coagent"));
+    ::unsetenv("COAGENT_DIR");
+    CHECK(coagent::coagent_dir() == fs::path("/home/u/.coagent"));
+
+    ::unsetenv("HOME");
+    const auto e = expect_error([] { (void)coagent::coagent_dir(); });
+    CHECK(std::string(e.what()).find("COAGENT_DIR") != std::string::npos);
+    CHECK(std::string(e.what()).find("HOME") != std::string::npos);
+
+    CHECK(coagent::global_settings_path("/x/coagent") == fs::path("/x/coagent/settings.json"));
+    CHECK(coagent::project_settings_path("/src/app") ==
+          fs::path("/src/app/.coagent/settings.json"));
+}
