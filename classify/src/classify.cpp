@@ -1,0 +1,178 @@
+// Error classification (spec §2, Appendix A): the decision order and the message gate.
+
+#include <coagent/classify/classify.hpp>
+#include <coagent/classify/patterns.hpp>
+
+#include "compiled.hpp"
+
+#include <boost/json/string.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace coagent {
+namespace detail {
+namespace {
+
+std::unique_ptr<const RE2> compile(std::string_view regex, std::string_view what) {
+    RE2::Options opts;
+    opts.set_case_sensitive(false);
+    opts.set_log_errors(false);
+    auto re = std::make_unique<const RE2>(piece(regex), opts);
+    if (!re->ok()) {
+        throw std::logic_error("classify pattern table: " + std::string(what) +
+                               " does not compile: " + re->error());
+    }
+    return re;
+}
+
+compiled_patterns build() {
+    compiled_patterns c;
+    const auto table = pattern_table();
+    c.entries.reserve(table.size());
+    for (const auto& e : table) {
+        c.entries.push_back(compile(e.regex, std::string(e.table) + "/" + std::string(e.name)));
+    }
+    c.provider_error_type = compile(provider_error_type_regex, "provider_error_type_regex");
+    c.duration_part = compile(duration_part_regex, "duration_part_regex");
+    return c;
+}
+
+}  // namespace
+
+const compiled_patterns& compiled() {
+    static const compiled_patterns c = build();
+    return c;
+}
+
+std::optional<std::size_t> first_match(std::string_view table, std::string_view text) {
+    const auto entries = pattern_table();
+    const auto& res = compiled().entries;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i].table == table && RE2::PartialMatch(piece(text), *res[i])) return i;
+    }
+    return std::nullopt;
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string rule_of(std::size_t index) {
+    const auto& e = pattern_table()[index];
+    std::string r(e.table);
+    r += '/';
+    r += e.name;
+    return r;
+}
+
+std::string provider_error_type_of(std::string_view text) {
+    re2::StringPiece type;
+    if (RE2::PartialMatch(detail::piece(text), *detail::compiled().provider_error_type, &type)) {
+        std::string t(detail::view(type));
+        std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) {
+            return static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+        });
+        return t;
+    }
+    return {};
+}
+
+}  // namespace
+
+bool pattern_matches(std::size_t index, std::string_view text) {
+    const auto& res = detail::compiled().entries;
+    if (index >= res.size()) throw std::out_of_range("pattern_matches: no such table entry");
+    return RE2::PartialMatch(detail::piece(text), *res[index]);
+}
+
+std::string_view to_string(error_kind k) noexcept {
+    switch (k) {
+        case error_kind::retryable:
+            return "retryable";
+        case error_kind::usage_limit:
+            return "usage_limit";
+        case error_kind::context_overflow:
+            return "context_overflow";
+        case error_kind::none:
+            break;
+    }
+    return "none";
+}
+
+classification classify_error_text(std::string_view text, std::optional<int> status,
+                                   std::int64_t now_ms) {
+    classification c;
+    c.status = status;
+    c.provider_error_type = provider_error_type_of(text);
+    c.retry_after_ms = parse_retry_hint(text, now_ms);
+
+    if (auto i = detail::first_match("overflow", text);
+        i && !detail::first_match("non_overflow", text)) {
+        c.kind = error_kind::context_overflow;
+        c.rule = rule_of(*i);
+        return c;
+    }
+    if (auto i = detail::first_match("usage_limit", text)) {
+        c.kind = error_kind::usage_limit;
+        c.rule = rule_of(*i);
+        return c;
+    }
+    if (status) {
+        for (const auto& s : retryable_statuses()) {
+            if (s.code == *status) {
+                c.kind = error_kind::retryable;
+                c.rule = "status/" + std::to_string(s.code);
+                return c;
+            }
+        }
+    }
+    if (auto i = detail::first_match("retryable", text)) {
+        c.kind = error_kind::retryable;
+        c.rule = rule_of(*i);
+        return c;
+    }
+    return c;  // kind none, rule "none"
+}
+
+classification classify(const message& m, const model_info& model, std::int64_t now_ms) {
+    if (m.role != message_role::assistant) return {};
+    switch (m.stop) {
+        case stop_reason::error: {
+            if (!m.error_message || m.error_message->empty()) return {};
+            auto c = classify_error_text(*m.error_message, m.error_status, now_ms);
+            if (!m.error_type.empty()) c.provider_error_type = m.error_type;
+            return c;
+        }
+        case stop_reason::stop: {
+            // Silent overflow (z.ai): the provider accepted more than the window and stopped.
+            if (model.context_window > 0 &&
+                detail::sat_add(m.usage.input, m.usage.cache_read) > model.context_window) {
+                classification c;
+                c.kind = error_kind::context_overflow;
+                c.rule = "overflow/silent usage";
+                return c;
+            }
+            return {};
+        }
+        case stop_reason::aborted:  // a user abort is never retried
+        case stop_reason::length:
+        case stop_reason::tool_use:
+            break;
+    }
+    return {};
+}
+
+json::object to_json(const classification& c) {
+    json::object o;
+    const auto kind = to_string(c.kind);
+    o["kind"] = json::string_view(kind.data(), kind.size());
+    o["retryable"] = c.retryable();
+    o["rule"] = json::string_view(c.rule.data(), c.rule.size());
+    if (c.retry_after_ms) o["retryAfterMs"] = *c.retry_after_ms;
+    return o;
+}
+
+}  // namespace coagent
