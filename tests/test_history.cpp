@@ -1,0 +1,144 @@
+// Session history (JSONL): entries with id/parentId, errors kept, torn last line tolerated.
+
+#include "support/session_harness.hpp"
+
+#include <coagent/session/history.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace coagent;
+using namespace coagent::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        path = fs::temp_directory_path() / ("coagent-test-" + random_hex_id(12));
+        fs::create_directories(path);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+std::vector<std::string> read_lines(const fs::path& p) {
+    std::ifstream in(p);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a retried prompt writes header + every message, errors included, as a parent chain", "[history]") {
+    temp_dir dir;
+    harness h(R"([{"error":"503 Service Unavailable","status":503,"times":2},{"text":"Hello"}])", settings{},
+              [&](session_options& o) {
+                  o.session_dir = dir.path;
+                  o.cwd = "/somewhere";
+              });
+    h.prompt("hi");
+    h.advance(std::chrono::milliseconds(6000));
+    REQUIRE(h.done());
+    REQUIRE(h.session->history().file());
+    auto lines = read_lines(*h.session->history().file());
+    REQUIRE(lines.size() == 5);
+    auto header = json::parse(lines[0]).as_object();
+    CHECK(header.at("type") == "session");
+    CHECK(header.at("version") == 3);
+    CHECK(header.at("cwd") == "/somewhere");
+    CHECK(header.at("id").as_string() == h.session->session_id());
+    std::string parent;
+    std::vector<std::string> stops;
+    for (std::size_t i = 1; i < lines.size(); ++i) {
+        auto e = json::parse(lines[i]).as_object();
+        CHECK(e.at("type") == "message");
+        CHECK(e.at("id").as_string().size() == 8);
+        if (i == 1)
+            CHECK(e.at("parentId").is_null());
+        else
+            CHECK(e.at("parentId").as_string() == parent);
+        parent = e.at("id").as_string();
+        const auto& m = e.at("message").as_object();
+        if (m.at("role") == "assistant") stops.emplace_back(m.at("stopReason").as_string());
+    }
+    CHECK(stops == std::vector<std::string>{"error", "error", "stop"});
+
+    // load it back: the whole history, errors included
+    auto loaded = session_history::load(*h.session->history().file());
+    CHECK(loaded.warnings.empty());
+    CHECK(loaded.history.messages().size() == 4);
+    CHECK(loaded.history.session_id() == h.session->session_id());
+}
+
+TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line", "[history]") {
+    temp_dir dir;
+    fs::path file;
+    {
+        auto h = session_history::create_file(dir.path, "/cwd");
+        auto m = std::make_shared<message>(make_user_message("one"));
+        REQUIRE_FALSE(h.append_message(m));
+        file = *h.file();
+    }
+    {
+        std::ofstream out(file, std::ios::app);
+        out << R"({"type":"message","id":"abcd1234","parentId":null,"message":{"role":"us)";
+    }
+    auto loaded = session_history::load(file);
+    REQUIRE(loaded.warnings.size() == 1);
+    CHECK(loaded.warnings[0].find("torn last line") != std::string::npos);
+    CHECK(loaded.history.messages().size() == 1);
+    auto m2 = std::make_shared<message>(make_user_message("two"));
+    REQUIRE_FALSE(loaded.history.append_message(m2));
+    auto again = session_history::load(file);
+    CHECK(again.history.messages().size() == 2);
+}
+
+TEST_CASE("an unknown entry type loads with a warning; a non-session file is refused", "[history]") {
+    temp_dir dir;
+    auto file = dir.path / "s.jsonl";
+    {
+        std::ofstream out(file);
+        out << R"({"type":"session","version":3,"id":"x1","timestamp":"t","cwd":"/"})" "\n"
+            << R"({"type":"brand_new","id":"00000001","parentId":null})" "\n";
+    }
+    auto loaded = session_history::load(file);
+    REQUIRE(loaded.warnings.size() == 1);
+    CHECK(loaded.warnings[0].find("unknown entry type \"brand_new\"") != std::string::npos);
+    CHECK(loaded.history.entries().size() == 1);
+
+    auto bad = dir.path / "notes.txt";
+    {
+        std::ofstream out(bad);
+        out << "hello\n";
+    }
+    CHECK_THROWS_WITH(session_history::load(bad), Catch::Contains("not a session file"));
+    CHECK_THROWS_WITH(session_history::load(dir.path / "missing.jsonl"), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("resume: a loaded session's context is rebuilt, failed replies are never sent", "[history]") {
+    temp_dir dir;
+    fs::path file;
+    {
+        harness h(R"([{"error":"400 bad","status":400},{"text":"second answer"}])", settings{},
+                  [&](session_options& o) { o.session_dir = dir.path; });
+        h.prompt("first");
+        REQUIRE(h.done());
+        file = *h.session->history().file();
+    }
+    harness h(R"([{"text":"third"}])", settings{}, [&](session_options& o) { o.resume_file = file; });
+    CHECK(h.session->messages().size() == 2);  // user + the persisted error
+    h.prompt("again");
+    REQUIRE(h.done());
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 1);
+    REQUIRE(reqs[0].messages.size() == 2);
+    CHECK(reqs[0].messages[0].text == "first");
+    CHECK(reqs[0].messages[1].text == "again");
+}

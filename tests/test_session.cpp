@@ -1,0 +1,562 @@
+// The retry policy inside agent_session, rule by rule (spec/retry-policy.md §1-§10 and the
+// endings table of design.md), on a manual clock with exact event sequences and requests.
+
+#include "support/session_harness.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace coagent;
+using namespace coagent::test;
+using strings = std::vector<std::string>;
+
+namespace {
+
+const char* two_errors_then_ok =
+    R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":2},{"text":"Hello there"}])";
+const char* four_errors =
+    R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":3},{"error":"502 Bad Gateway","status":502}])";
+
+bool any_failed_assistant(const faux_request& r) {
+    for (const auto& m : r.messages)
+        if (m.role == "assistant" && (m.stop_reason == "error" || m.stop_reason == "aborted")) return true;
+    return false;
+}
+
+strings roles(const faux_request& r) {
+    strings out;
+    for (const auto& m : r.messages) out.push_back(m.role);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("two errors then success: exact events, delays, requests and prompt completion", "[session][spec-3][spec-4][spec-7]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    CHECK(h.requests().size() == 1);
+    CHECK(h.session->is_retrying());
+    CHECK(h.session->retry_attempt() == 1);
+    h.advance(1999ms);
+    CHECK(h.requests().size() == 1);
+    h.advance(1ms);  // 2000 ms: first retry
+    CHECK(h.requests().size() == 2);
+    h.advance(3900ms);  // virtual 5.9 s
+    CHECK(h.requests().size() == 2);
+    CHECK_FALSE(h.done());
+    h.advance(100ms);  // virtual 6 s
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(text_of(*h.result->last_assistant) == "Hello there");
+
+    CHECK(brief(h.events) == strings{
+        "agent_start", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_end:assistant:error", "turn_end", "agent_end{retry}",
+        "auto_retry_start{1}",
+        "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:error",
+        "turn_end", "agent_end{retry}", "auto_retry_start{2}",
+        "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:stop",
+        "auto_retry_end{ok,2}", "turn_end", "agent_end{final}", "agent_settled"});
+
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 2);
+    CHECK(starts[0] == obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    CHECK(starts[1] == obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    CHECK(h.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
+
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 3);
+    for (const auto& r : reqs) {
+        CHECK_FALSE(any_failed_assistant(r));
+        CHECK(roles(r) == strings{"user"});
+    }
+    int assistants = 0;
+    for (const auto& e : h.session->history().entries())
+        if (e.msg && e.msg->role == message_role::assistant) ++assistants;
+    CHECK(assistants == 3);  // errors stay in the history (spec §11)
+    CHECK(h.session->messages().size() == 2);  // user + reply: the errors left the runtime context
+    CHECK_FALSE(h.session->is_retrying());
+    CHECK(h.session->retry_attempt() == 0);
+    CHECK(h.of("agent_settled").size() == 1);
+}
+
+TEST_CASE("retries exhausted: starts 1..3, end with the last error, error stays in context", "[session][spec-4][spec-9]") {
+    harness h(four_errors);
+    h.prompt("hi");
+    h.advance(2000ms);
+    h.advance(4000ms);
+    CHECK_FALSE(h.done());
+    h.advance(8000ms);
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.result->error == "502 Bad Gateway");
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 3);
+    CHECK(starts[0].at("delayMs").as_int64() == 2000);
+    CHECK(starts[1].at("delayMs").as_int64() == 4000);
+    CHECK(starts[2].at("delayMs").as_int64() == 8000);
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":3,"finalError":"502 Bad Gateway"})")});
+    CHECK(h.requests().size() == 4);
+    auto b = brief(h.events);
+    CHECK(strings(b.end() - 5, b.end()) ==
+          strings{"message_end:assistant:error", "turn_end", "agent_end{final}", "auto_retry_end{fail,3}", "agent_settled"});
+    REQUIRE(h.session->messages().size() == 2);
+    CHECK(h.session->messages().back()->error_message == "502 Bad Gateway");  // stays in context
+    CHECK(h.session->retry_attempt() == 0);
+    CHECK_FALSE(h.session->is_retrying());
+}
+
+TEST_CASE("maxRetries 0: only auto_retry_end{success:false,attempt:0}", "[session][spec-4]") {
+    settings s;
+    s.retry.max_retries = 0;
+    harness h(two_errors_then_ok, s);
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_start").empty());
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":0,"finalError":"503 Service Unavailable: upstream overloaded"})")});
+    auto b = brief(h.events);
+    CHECK(strings(b.end() - 3, b.end()) == strings{"agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)", "[session][spec-5][spec-10]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    h.advance(1000ms);
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.result->error == "Retry cancelled");
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    auto b = brief(h.events);
+    CHECK(strings(b.end() - 4, b.end()) ==
+          strings{"agent_end{retry}", "auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
+    h.advance(60s);
+    CHECK(h.requests().size() == 1);  // no further request
+    CHECK_FALSE(h.session->is_retrying());
+    CHECK(h.session->retry_attempt() == 0);
+    // the removed error is not put back: the context ends with the user message
+    REQUIRE(h.session->messages().size() == 1);
+    CHECK(h.session->messages()[0]->role == message_role::user);
+}
+
+TEST_CASE("abort() during the backoff cancels the retry first, then aborts", "[session][spec-5][spec-10]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    h.advance(1000ms);
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    h.advance(60s);
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("abort_retry lands after the timer fired but before the continue ran", "[session][spec-5]") {
+    // zero delay: the continue is a posted task; the sticky flag must still cancel it
+    settings s;
+    s.retry.base_delay_ms = 0;
+    harness h(two_errors_then_ok, s);
+    asio::co_spawn(h.io, h.session->prompt("hi"), [&](std::exception_ptr, prompt_result r) { h.result = r; });
+    // run handlers one by one until the retry start was emitted, then cancel
+    for (int i = 0; i < 1000 && h.of("auto_retry_start").empty(); ++i) {
+        h.io.restart();
+        h.io.run_one();
+    }
+    REQUIRE(h.of("auto_retry_start").size() == 1);
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_end")[0].at("finalError").as_string() == "Retry cancelled");
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("abort_retry while a retried attempt streams aborts that attempt", "[session][spec-5]") {
+    harness h(R"([{"error":"503 overloaded","status":503},{"text":"late reply","delayMs":5000}])");
+    h.prompt("hi");
+    h.advance(2000ms);  // retried attempt starts, waits 5 s before answering
+    CHECK(h.requests().size() == 2);
+    CHECK(h.session->is_streaming());
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    auto ends = h.of("message_end");
+    CHECK(ends.back().at("message").at("stopReason").as_string() == "aborted");
+}
+
+TEST_CASE("abort while a retried attempt streams: aborted never counts as success", "[session][spec-3]") {
+    harness h(R"([{"error":"503 overloaded","status":503},{"text":"late reply","delayMs":5000}])");
+    h.prompt("hi");
+    h.advance(2000ms);
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    auto ends = h.of("auto_retry_end");
+    REQUIRE(ends.size() == 1);
+    CHECK(ends[0].at("success").as_bool() == false);
+    CHECK(ends[0].at("finalError").as_string() == "Retry cancelled");
+}
+
+TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spec-3][spec-10]") {
+    settings s;
+    s.retry.enabled = false;
+    harness h(two_errors_then_ok, s);
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.of("auto_retry_start").empty());
+    CHECK(h.of("auto_retry_end").empty());
+    CHECK(h.requests().size() == 1);
+    CHECK_FALSE(h.session->is_retrying());
+}
+
+TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (spec 8)", "[session][spec-8]") {
+    harness h(two_errors_then_ok);
+    CHECK(h.session->auto_retry_enabled());
+    h.session->set_auto_retry_enabled(false);
+    CHECK_FALSE(h.session->auto_retry_enabled());
+    CHECK_FALSE(h.session->config().retry.enabled);
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_start").empty());
+}
+
+TEST_CASE("retry turned off during the wait: the wait goes on, the next failure ends the chain", "[session][endings]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    h.session->set_auto_retry_enabled(false);
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    CHECK(h.requests().size() == 2);
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable: upstream overloaded"})")});
+}
+
+TEST_CASE("a non-retryable error does not retry (spec 2, spec 10)", "[session][spec-2][spec-10]") {
+    harness h(R"([{"error":"401 Incorrect API key provided","status":401},{"text":"never"}])");
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.of("auto_retry_start").empty());
+    CHECK(h.of("auto_retry_end").empty());
+    CHECK(h.of("agent_end")[0].at("willRetry").as_bool() == false);
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("a retried attempt failing non-retryably ends the chain with that error", "[session][endings]") {
+    harness h(R"([{"error":"503 overloaded","status":503},{"error":"400 Invalid parameter","status":400}])");
+    h.prompt("hi");
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"400 Invalid parameter"})")});
+    CHECK_FALSE(h.session->is_retrying());
+}
+
+namespace {
+struct recording_compaction final : compaction_hook {
+    int calls = 0;
+    bool succeed = false;
+    boost::asio::awaitable<compaction_outcome> compact(compaction_request req, abort_signal&) override {
+        ++calls;
+        compaction_outcome o;
+        o.ok = succeed;
+        if (succeed) {
+            auto summary = std::make_shared<message>(make_user_message("The conversation so far, summarized:\nS"));
+            o.new_context.push_back(summary);
+            for (auto& m : req.context)
+                if (m->role == message_role::user) o.new_context.push_back(m);
+            o.result = json::value(json::object{{"summary", "S"}});
+        } else {
+            o.error_message = "cannot compact";
+        }
+        co_return o;
+    }
+};
+}  // namespace
+
+TEST_CASE("context overflow goes to compaction, never to retry (spec 1)", "[session][spec-1][spec-10]") {
+    auto hook = std::make_shared<recording_compaction>();
+    harness h(R"([{"error":"400 prompt is too long: 213462 tokens > 200000 maximum","status":400},{"text":"x"}])",
+              settings{}, [&](session_options& o) { o.compaction = hook; });
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(hook->calls == 1);
+    CHECK(h.of("auto_retry_start").empty());
+    CHECK(h.of("auto_retry_end").empty());
+    auto b = brief(h.events);
+    CHECK(strings(b.end() - 5, b.end()) ==
+          strings{"turn_end", "agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
+    CHECK(h.of("compaction_start")[0] == obj(R"({"type":"compaction_start","reason":"overflow"})"));
+    CHECK(h.of("compaction_end")[0] == obj(
+        R"({"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"cannot compact"})"));
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("overflow with a compaction that succeeds continues the turn once", "[session][spec-1]") {
+    auto hook = std::make_shared<recording_compaction>();
+    hook->succeed = true;
+    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"fine now"}])", settings{},
+              [&](session_options& o) { o.compaction = hook; });
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    auto b = brief(h.events);
+    CHECK(strings(b.begin() + 8, b.end()) ==
+          strings{"compaction_start", "compaction_end", "agent_start", "turn_start", "message_start:assistant",
+                  "message_end:assistant:stop", "turn_end", "agent_end{final}", "agent_settled"});
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[1].messages[0].text == "The conversation so far, summarized:\nS");
+}
+
+TEST_CASE("overflow without compaction enabled ends with the error", "[session][spec-1]") {
+    auto hook = std::make_shared<recording_compaction>();
+    settings s;
+    s.compaction.enabled = false;
+    harness h(R"([{"error":"400 prompt is too long","status":400}])", s,
+              [&](session_options& o) { o.compaction = hook; });
+    h.prompt("hi");
+    REQUIRE(h.done());
+    CHECK(hook->calls == 0);
+    CHECK(h.of("compaction_start").empty());
+}
+
+TEST_CASE("a retried attempt that overflows ends the chain, then compaction", "[session][endings][spec-1]") {
+    auto hook = std::make_shared<recording_compaction>();
+    harness h(R"([{"error":"503 overloaded","status":503},{"error":"400 prompt is too long","status":400}])",
+              settings{}, [&](session_options& o) { o.compaction = hook; });
+    h.prompt("hi");
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    auto b = brief(h.events);
+    CHECK(strings(b.end() - 5, b.end()) ==
+          strings{"agent_end{final}", "auto_retry_end{fail,1}", "compaction_start", "compaction_end", "agent_settled"});
+    CHECK(hook->calls == 1);
+}
+
+TEST_CASE("the compaction check is skipped on a turn whose retry started (spec 1)", "[session][spec-1]") {
+    auto hook = std::make_shared<recording_compaction>();
+    // retryable text that also mentions a 503: never compaction
+    harness h(two_errors_then_ok, settings{}, [&](session_options& o) { o.compaction = hook; });
+    h.prompt("hi");
+    h.advance(6000ms);
+    REQUIRE(h.done());
+    CHECK(hook->calls == 0);
+}
+
+TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec-3]") {
+    harness h(R"([{"error":"503 a","status":503},{"text":"one"},{"error":"503 b","status":503},{"text":"two"}])");
+    h.prompt("first");
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    h.result.reset();
+    h.events.clear();
+    h.prompt("second");
+    h.advance(2000ms);  // attempt 1 again: base delay, not 4000
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_start")[0].at("attempt").as_int64() == 1);
+    CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 2000);
+    CHECK(h.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":1})"));
+}
+
+TEST_CASE("usage limit with a successful credential switch waits 0 ms (spec 3 step 7)", "[session][spec-3][usage-limit]") {
+    auto auth = std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
+    auth->add_credential("faux", "key-a");
+    auth->add_credential("faux", "key-b");
+    std::string session_id;
+    harness h(R"([{"error":"429 You have reached your usage limit for this period","status":429},{"text":"ok"}])",
+              settings{}, [&](session_options& o) { o.auth = auth; });
+    CHECK(auth->api_key("faux", h.session->session_id()) == "key-a");
+    h.prompt("hi");
+    REQUIRE(h.done());  // no virtual time needed
+    CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 0);
+    CHECK(auth->api_key("faux", h.session->session_id()) == "key-b");
+    CHECK(auth->blocked_until("faux", 0) == 1'700'000'000'000 + 60'000);
+}
+
+TEST_CASE("usage limit without another credential keeps the exponential backoff", "[session][usage-limit]") {
+    auto auth = std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
+    auth->add_credential("faux", "only");
+    harness h(R"([{"error":"usage limit reached, try again in 30s","status":429},{"text":"ok"}])", settings{},
+              [&](session_options& o) { o.auth = auth; });
+    (void)auth->api_key("faux", h.session->session_id());
+    h.prompt("hi");
+    CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 2000);
+    CHECK(auth->blocked_until("faux", 0) == 1'700'000'000'000 + 30'000);  // the hint
+    h.advance(2000ms);
+    REQUIRE(h.done());
+}
+
+TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7, spec 8)", "[session][spec-7][spec-8]") {
+    harness h(two_errors_then_ok);
+    std::vector<std::pair<std::string, bool>> seen;
+    auto s2 = h.session->subscribe([&](const event& e) {
+        seen.emplace_back(std::string(event_type(e)), h.session->is_retrying());
+    });
+    h.prompt("hi");
+    CHECK(h.session->is_retrying());
+    CHECK_FALSE(h.session->is_streaming());  // backoff: not streaming, but retrying
+    CHECK(h.session->is_busy());
+    h.advance(6000ms);
+    REQUIRE(h.done());
+    // the chain stays active until the agent_end of the successful run
+    for (const auto& [type, retrying] : seen) {
+        if (type == "auto_retry_end") CHECK(retrying);
+        if (type == "agent_settled") CHECK_FALSE(retrying);
+    }
+}
+
+TEST_CASE("the trailing error leaves the runtime context after auto_retry_start is emitted (spec 3 step 9)", "[session][spec-3]") {
+    harness h(two_errors_then_ok);
+    std::size_t context_at_start = 0;
+    bool last_is_error = false;
+    auto s2 = h.session->subscribe([&](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e)) {
+            context_at_start = h.session->messages().size();
+            last_is_error = h.session->messages().back()->stop == stop_reason::error;
+        }
+    });
+    h.prompt("hi");
+    CHECK(context_at_start == 2);
+    CHECK(last_is_error);
+    CHECK(h.session->messages().size() == 1);
+}
+
+TEST_CASE("events reach extensions in load order; a throwing extension is reported, not fatal", "[session][spec-9][extensions]") {
+    std::vector<std::string> order;
+    harness h(two_errors_then_ok, settings{}, [](session_options&) {});
+    h.session->add_extension("ext-a", [&](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e)) order.push_back("a");
+    });
+    h.session->add_extension("ext-bad", [](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e)) throw std::runtime_error("boom");
+    });
+    h.session->add_extension("ext-c", [&](const event& e) {
+        if (std::holds_alternative<auto_retry_end_event>(e)) order.push_back("c-end");
+        if (std::holds_alternative<auto_retry_start_event>(e)) order.push_back("c");
+    });
+    h.prompt("hi");
+    h.advance(6000ms);
+    REQUIRE(h.done());
+    CHECK(order == strings{"a", "c", "a", "c", "c-end"});
+    auto errs = h.of("extension_error");
+    REQUIRE(errs.size() == 2);
+    CHECK(errs[0] == obj(R"({"type":"extension_error","extensionPath":"ext-bad","event":"auto_retry_start","error":"boom"})"));
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn; a retry continues from the toolResult", "[session][tools]") {
+    harness h(R"([{"toolCall":{"name":"echo","arguments":{"x":1}}},{"error":"503 overloaded","status":503},{"text":"done"}])");
+    std::vector<std::string> tool_args;
+    h.session->register_tool({"echo", "echoes", {}}, [&](json::object args) -> boost::asio::awaitable<tool_output> {
+        tool_args.push_back(json::serialize(args));
+        co_return tool_output{"echoed", false};
+    });
+    h.prompt("use the tool");
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    CHECK(tool_args == strings{R"({"x":1})"});
+    auto b = brief(h.events);
+    CHECK(strings(b.begin(), b.begin() + 13) ==
+          strings{"agent_start", "turn_start", "message_start:user", "message_end:user", "message_start:assistant",
+                  "message_end:assistant:toolUse", "tool_execution_start", "tool_execution_end",
+                  "message_start:toolResult", "message_end:toolResult", "turn_end", "turn_start",
+                  "message_start:assistant"});
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 3);
+    CHECK(roles(reqs[1]) == strings{"user", "assistant", "toolResult"});
+    CHECK(roles(reqs[2]) == strings{"user", "assistant", "toolResult"});  // the error was dropped
+    CHECK(h.of("turn_end")[0].at("toolResults").as_array().size() == 1);
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE("a prompt while busy: refused without a behaviour, queued with followUp or steer", "[session][busy]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    std::optional<prompt_result> refused, follow, steer;
+    h.prompt_into("again", streaming_behavior::none, refused);
+    REQUIRE(refused);
+    CHECK(refused->outcome == prompt_result::status::refused);
+    CHECK(refused->error.find("streamingBehavior") != std::string::npos);
+    h.prompt_into("steered", streaming_behavior::steer, steer);
+    h.prompt_into("later", streaming_behavior::follow_up, follow);
+    CHECK(h.session->pending_message_count() == 2);
+    CHECK_FALSE(steer);
+    h.advance(2000ms);   // retry 1: the steer joins the context before this request
+    h.advance(4000ms);   // retry 2 succeeds, then the follow-up runs
+    REQUIRE(h.done());
+    REQUIRE(follow);
+    REQUIRE(steer);
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 4);
+    CHECK(roles(reqs[1]) == strings{"user", "user"});
+    CHECK(reqs[1].messages[1].text == "steered");
+    CHECK(roles(reqs[3]) == strings{"user", "user", "assistant", "user"});
+    CHECK(reqs[3].messages[3].text == "later");
+    CHECK(h.of("agent_settled").size() == 1);
+}
+
+TEST_CASE("every message is persisted before listeners see its message_end", "[session][history]") {
+    harness h(two_errors_then_ok);
+    bool all_persisted = true;
+    auto s2 = h.session->subscribe([&](const event& e) {
+        if (const auto* me = std::get_if<message_end_event>(&e)) {
+            const auto& entries = h.session->history().entries();
+            all_persisted = all_persisted && !entries.empty() && entries.back().msg == me->message;
+        }
+    });
+    h.prompt("hi");
+    h.advance(6000ms);
+    REQUIRE(h.done());
+    CHECK(all_persisted);
+}
+
+TEST_CASE("stall beyond the stream idle timeout is a retryable timeout error", "[session][faux]") {
+    settings s;
+    s.provider.stream_idle_timeout_ms = 1000;
+    harness h(R"([{"text":"one two three four","stallMs":5000},{"text":"ok"}])", s);
+    h.prompt("hi");
+    h.advance(1000ms);
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 1);
+    CHECK(std::string(starts[0].at("errorMessage").as_string()).find("timed out") != std::string::npos);
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE("abort while streaming (no retry) ends the prompt aborted, no retry", "[session][abort]") {
+    harness h(R"([{"text":"slow","delayMs":1000}])");
+    h.prompt("hi");
+    CHECK(h.session->is_streaming());
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(h.of("auto_retry_start").empty());
+    CHECK(h.of("message_end").back().at("message").at("stopReason").as_string() == "aborted");
+}
+
+TEST_CASE("huge baseDelayMs saturates instead of overflowing", "[session][spec-4]") {
+    settings s;
+    s.retry.base_delay_ms = std::numeric_limits<std::int64_t>::max() / 2;
+    s.retry.max_retries = 5;
+    harness h(four_errors, s);
+    h.prompt("hi");
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 1);
+    CHECK(starts[0].at("delayMs").as_int64() == std::numeric_limits<std::int64_t>::max() / 2);
+    h.session->abort_retry();
+    h.run_ready();
+    CHECK(h.done());
+}
