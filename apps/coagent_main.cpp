@@ -1,0 +1,128 @@
+// coagent: agent sessions with automatic retry — print, json, rpc and interactive modes, and
+// `coagent classify` to see how an error text is classified.
+
+#include <coagent/classify/classify.hpp>
+#include <coagent/modes/app.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <iostream>
+#include <unistd.h>
+
+namespace {
+
+int run_classify(const std::string& text, std::optional<int> status, std::optional<std::int64_t> now) {
+    auto c = coagent::classify_error_text(text, status, now.value_or(coagent::wall_clock_ms()));
+    std::cout << boost::json::serialize(coagent::to_json(c)) << std::endl;
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"coagent — LLM agent sessions with automatic retry (C++20, Asio)", "coagent"};
+    app.set_version_flag("--version", std::string("coagent ") + COAGENT_VERSION);
+    app.footer(
+        "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration error; "
+        "130 interrupted.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; project "
+        "layer <cwd>/.coagent/settings.json.");
+
+    coagent::app_options o;
+    std::string mode_name;
+    std::string message;
+    std::string model;
+    std::string session_dir, session_file, faux_log;
+    std::string faux_script;
+    app.add_option("--mode", mode_name, "interactive | print | json | rpc (default: interactive on a "
+                                        "terminal; print with -p)")
+        ->check(CLI::IsMember({"interactive", "print", "json", "rpc"}));
+    app.add_option("-p,--print", message, "Run one prompt and print the reply (implies --mode print)");
+    app.add_option("--provider", o.provider, "Provider name (default: faux, the embedded offline provider)");
+    app.add_option("--model", model, "Model id, or PROVIDER/ID");
+    app.add_flag("--no-session", o.no_session, "Keep the session history in memory only");
+    app.add_option("--session-dir", session_dir, "Directory for session files (default: $COAGENT_DIR/sessions)");
+    app.add_flag("--continue", o.continue_last, "Continue the latest session of this directory");
+    app.add_option("--session", session_file, "Continue the session in this file");
+    app.add_option("--faux-script", faux_script, "Faux provider script: a JSON array of steps, inline or a file");
+    app.add_option("--faux-log", faux_log, "Faux provider: append one JSON line per request received to FILE");
+    app.add_option("--faux-context-window", o.faux_context_window, "Faux provider: context window in tokens")
+        ->check(CLI::PositiveNumber);
+
+    auto* classify_cmd = app.add_subcommand("classify", "Classify an error text as the retry policy does; prints one JSON object");
+    std::string classify_message;
+    std::optional<int> classify_status;
+    std::optional<std::int64_t> classify_now;
+    classify_cmd->add_option("--message", classify_message, "The error text")->required();
+    classify_cmd->add_option("--status", classify_status, "HTTP status the provider gave")->check(CLI::Range(100, 599));
+    classify_cmd->add_option("--now", classify_now, "Current time in epoch ms (makes dated hints repeatable)");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "coagent: " << e.what() << "\n\n" << app.help() << std::flush;
+        return 2;
+    }
+
+    if (*classify_cmd) return run_classify(classify_message, classify_status, classify_now);
+
+    if (!model.empty()) {
+        if (auto slash = model.find('/'); slash != std::string::npos) {
+            o.provider = model.substr(0, slash);
+            o.model = model.substr(slash + 1);
+        } else {
+            o.model = model;
+        }
+    }
+    if (!session_dir.empty()) o.session_dir = session_dir;
+    if (!session_file.empty()) o.session_file = session_file;
+    if (!faux_log.empty()) o.faux_log = faux_log;
+    if (!faux_script.empty()) o.faux_script = faux_script;
+    if (app.count("-p")) o.message = message;
+
+    if (mode_name == "rpc") {
+        o.mode = coagent::app_mode::rpc;
+    } else if (mode_name == "json") {
+        o.mode = coagent::app_mode::json;
+    } else if (mode_name == "print" || (mode_name.empty() && o.message)) {
+        o.mode = coagent::app_mode::print;
+    } else {
+        o.mode = coagent::app_mode::interactive;
+    }
+    if ((o.mode == coagent::app_mode::print || o.mode == coagent::app_mode::json) && !o.message) {
+        std::cerr << "coagent: --mode " << (mode_name.empty() ? "print" : mode_name)
+                  << " needs a message: -p MESSAGE\n";
+        return 2;
+    }
+
+    try {
+        boost::asio::io_context io;
+        coagent::app_context ctx(io, o);
+        switch (o.mode) {
+            case coagent::app_mode::print:
+            case coagent::app_mode::json: return coagent::run_print_mode(ctx);
+            case coagent::app_mode::rpc:
+                std::cerr << "coagent: --mode rpc is not available in this build yet\n";
+                return 2;
+            case coagent::app_mode::interactive:
+                if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {
+                    std::cerr << "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc "
+                                 "to drive coagent over JSON lines.\n";
+                    return 2;
+                }
+                std::cerr << "coagent: the interactive terminal UI is not available in this build yet; "
+                             "use -p MESSAGE\n";
+                return 2;
+        }
+    } catch (const coagent::config_error& e) {
+        std::cerr << "coagent: " << e.what() << "\n";
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,78 @@
+#pragma once
+// What every mode of the coagent executable shares: the command-line options, the settings
+// layers, and building a session (provider, history) from them.
+
+#include <coagent/providers/faux_provider.hpp>
+#include <coagent/session/agent_session.hpp>
+#include <coagent/session/settings_store.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace coagent {
+
+enum class app_mode { interactive, print, json, rpc };
+
+struct app_options {
+    app_mode mode = app_mode::interactive;
+    std::optional<std::string> message;  // -p
+    std::string provider = "faux";
+    std::string model;                   // empty: the provider's default
+    std::optional<std::string> faux_script;
+    std::optional<std::filesystem::path> faux_log;
+    std::int64_t faux_context_window = 128000;
+    bool no_session = false;
+    std::optional<std::filesystem::path> session_dir;
+    bool continue_last = false;
+    std::optional<std::filesystem::path> session_file;
+};
+
+/// A configuration or usage problem: exit code 2, message shown as is.
+class config_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// The environment of a running coagent: options, settings, the provider.
+class app_context {
+public:
+    /// Loads settings ($COAGENT_DIR/settings.json, <cwd>/.coagent/settings.json) and builds the
+    /// provider. Throws config_error (bad settings, bad faux script, unknown provider).
+    app_context(boost::asio::io_context& io, app_options opts);
+
+    /// A new session (or the resumed one for --continue / --session on the first call).
+    std::unique_ptr<agent_session> make_session(bool resume);
+
+    boost::asio::io_context& io() noexcept { return io_; }
+    const app_options& options() const noexcept { return opts_; }
+    settings_store& settings_layers() noexcept { return store_; }
+    std::shared_ptr<provider> model_provider() const noexcept { return provider_; }
+    const std::filesystem::path& dir() const noexcept { return dir_; }
+    std::filesystem::path sessions_dir() const;
+
+private:
+    boost::asio::io_context& io_;
+    app_options opts_;
+    std::filesystem::path dir_;
+    settings_store store_;
+    std::shared_ptr<provider> provider_;
+};
+
+/// The latest session file in `dir` whose header cwd is `cwd` (by modification time).
+std::optional<std::filesystem::path> latest_session_file(const std::filesystem::path& dir,
+                                                         const std::string& cwd);
+
+/// print / json mode: one prompt; returns the process exit code (0 ok, 1 error, 130 interrupted).
+int run_print_mode(app_context& app);
+
+/// The human line for an auto_retry_start: "Retrying (1/3) in 2s… — <error>".
+std::string retry_progress_line(const auto_retry_start_event& e);
+/// "Retry failed after N attempts: <error>".
+std::string retry_failed_line(const auto_retry_end_event& e);
+
+}  // namespace coagent

@@ -1,0 +1,78 @@
+#include <coagent/modes/app.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+namespace coagent {
+
+std::string retry_progress_line(const auto_retry_start_event& e) {
+    const std::int64_t secs = e.delay_ms <= 0 ? 0 : (e.delay_ms - 1) / 1000 + 1;  // ceil
+    return "Retrying (" + std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) + ") in " +
+           std::to_string(secs) + "s\u2026 \u2014 " + e.error_message;
+}
+
+std::string retry_failed_line(const auto_retry_end_event& e) {
+    return "Retry failed after " + std::to_string(e.attempt) +
+           " attempts: " + e.final_error.value_or("Unknown error");
+}
+
+int run_print_mode(app_context& app) {
+    auto& io = app.io();
+    auto session = app.make_session(true);
+    const bool json_mode = app.options().mode == app_mode::json;
+
+    bool retry_failure_shown = false;
+    auto sub = session->subscribe([&](const event& e) {
+        if (json_mode) {
+            std::string line = boost::json::serialize(to_json(e));
+            line.push_back('\n');
+            std::fwrite(line.data(), 1, line.size(), stdout);
+            std::fflush(stdout);
+            return;
+        }
+        if (const auto* s = std::get_if<auto_retry_start_event>(&e)) {
+            std::cerr << retry_progress_line(*s) << std::endl;
+        } else if (const auto* x = std::get_if<auto_retry_end_event>(&e); x && !x->success) {
+            std::cerr << retry_failed_line(*x) << std::endl;
+            retry_failure_shown = true;
+        }
+    });
+
+    int interrupted = 0;
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        interrupted = sig;
+        session->abort();
+    });
+
+    std::optional<prompt_result> result;
+    std::exception_ptr failure;
+    boost::asio::co_spawn(io, session->prompt(*app.options().message),
+                          [&](std::exception_ptr e, prompt_result r) {
+                              failure = e;
+                              result = std::move(r);
+                              signals.cancel();
+                          });
+    io.run();
+    if (failure) std::rethrow_exception(failure);
+    if (interrupted) return interrupted == SIGINT ? 130 : 143;
+    if (!result) return 1;
+    switch (result->outcome) {
+        case prompt_result::status::succeeded:
+            if (!json_mode) std::cout << text_of(*result->last_assistant) << std::endl;
+            return 0;
+        case prompt_result::status::aborted: return 130;
+        default:
+            // a retry chain's failure was already shown by its "Retry failed" line
+            if (!json_mode && !retry_failure_shown) std::cerr << "Error: " << result->error << std::endl;
+            return 1;
+    }
+}
+
+}  // namespace coagent
