@@ -85,13 +85,22 @@ std::vector<const tool_call_block*> tool_calls_of(const message& m) {
     return out;
 }
 
+namespace {
+// whole numbers as integers (JSON readers see 0, not 0E0)
+json::value number(double d) {
+    if (d == static_cast<double>(static_cast<std::int64_t>(d)) && d > -9e15 && d < 9e15)
+        return static_cast<std::int64_t>(d);
+    return d;
+}
+}  // namespace
+
 json::object to_json(const token_usage& u) {
     json::object cost;
-    cost["input"] = u.cost.input;
-    cost["output"] = u.cost.output;
-    cost["cacheRead"] = u.cost.cache_read;
-    cost["cacheWrite"] = u.cost.cache_write;
-    cost["total"] = u.cost.total;
+    cost["input"] = number(u.cost.input);
+    cost["output"] = number(u.cost.output);
+    cost["cacheRead"] = number(u.cost.cache_read);
+    cost["cacheWrite"] = number(u.cost.cache_write);
+    cost["total"] = number(u.cost.total);
     json::object o;
     o["input"] = u.input;
     o["output"] = u.output;

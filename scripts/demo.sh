@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets everything up, builds the release tree in build/ and runs the demo: one prompt on the
+# embedded faux provider that meets two retryable errors (503, then 429) and then succeeds.
+# The demo settings (examples/demo/settings.json) lower retry.baseDelayMs to 500 ms so the
+# backoff (0.5 s, then 1 s) is short enough to watch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOAGENT_TESTS=OFF >/dev/null
+cmake --build build -j"$(nproc)" --target coagent
+echo
+echo "\$ build/bin/coagent -p 'Say hello' --provider faux --faux-script examples/demo/script.json"
+COAGENT_DIR="$PWD/examples/demo" build/bin/coagent --no-session -p "Say hello" \
+  --provider faux --faux-script examples/demo/script.json

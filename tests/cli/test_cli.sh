@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The coagent executable from outside: print/json modes, exit codes, stderr lines, bad input,
+# --faux-log, classify. Usage: test_cli.sh <path to coagent> <path to shared/>
+set -uo pipefail
+COAGENT=$(realpath "$1")
+SHARED=$(realpath "$2")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export COAGENT_DIR="$work/home"
+mkdir -p "$COAGENT_DIR"
+echo '{"retry":{"baseDelayMs":1}}' > "$COAGENT_DIR/settings.json"
+cd "$work"
+
+passed=0
+failed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+equals() { [ "$(cat "$1")" = "$2" ]; }
+
+two_errors='[{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":2},{"text":"Hello there"}]'
+
+# print mode: reply on stdout, retry lines on stderr, exit 0
+"$COAGENT" -p hi --no-session --faux-script "$two_errors" >out.txt 2>err.txt; rc=$?
+check "print exit 0" [ $rc = 0 ]
+check "print reply on stdout" equals out.txt "Hello there"
+check "retry line 1" contains err.txt "Retrying (1/3) in 1s… — 503 Service Unavailable: upstream overloaded"
+check "retry line 2" contains err.txt "Retrying (2/3) in 1s… — 503 Service Unavailable: upstream overloaded"
+check "no failure line" bash -c "! grep -q 'Retry failed' err.txt"
+
+# exhausted: failure line, exit 1
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"502 Bad Gateway","status":502,"times":4}]' >out.txt 2>err.txt; rc=$?
+check "exhausted exit 1" [ $rc = 1 ]
+check "exhausted failure line" contains err.txt "Retry failed after 3 attempts: 502 Bad Gateway"
+check "exhausted: nothing on stdout" equals out.txt ""
+
+# non-retryable: Error line, exit 1
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"401 Incorrect API key","status":401}]' >out.txt 2>err.txt; rc=$?
+check "non-retryable exit 1" [ $rc = 1 ]
+check "non-retryable error line" contains err.txt "Error: 401 Incorrect API key"
+check "non-retryable: no retry line" bash -c "! grep -q Retrying err.txt"
+
+# seconds are ceil(delayMs/1000)
+echo '{"retry":{"baseDelayMs":1500,"maxRetries":1}}' > "$COAGENT_DIR/settings.json"
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"503 x","status":503},{"text":"ok"}]' >out.txt 2>err.txt
+check "ceil seconds" contains err.txt "Retrying (1/1) in 2s… — 503 x"
+echo '{"retry":{"baseDelayMs":1}}' > "$COAGENT_DIR/settings.json"
+
+# json mode: every event as a JSON line, agent_settled last
+"$COAGENT" --mode json -p hi --no-session --faux-script "$two_errors" >out.txt 2>err.txt; rc=$?
+check "json exit 0" [ $rc = 0 ]
+types=$(node -e 'const l=require("fs").readFileSync("out.txt","utf8").trim().split("\n").map(JSON.parse);console.log(l.filter(e=>e.type!=="message_update").map(e=>e.type+(e.type==="auto_retry_start"?e.attempt+":"+e.delayMs:"")+(e.type==="auto_retry_end"?e.success+":"+e.attempt:"")).join(","))')
+check "json event order" [ "$types" = "agent_start,turn_start,message_start,message_end,message_start,message_end,turn_end,agent_end,auto_retry_start1:1,agent_start,turn_start,message_start,message_end,turn_end,agent_end,auto_retry_start2:2,agent_start,turn_start,message_start,message_end,auto_retry_endtrue:2,turn_end,agent_end,agent_settled" ] || echo "got: $types" >&2
+
+# --faux-log: what the provider received (no errored message sent back)
+"$COAGENT" -p hi --no-session --faux-script "$two_errors" --faux-log log.jsonl >/dev/null 2>&1
+check "faux log has 3 requests" [ "$(wc -l < log.jsonl)" = 3 ]
+check "faux log: only the user message each time" bash -c "! grep -q assistant log.jsonl"
+
+# session file: written under $COAGENT_DIR/sessions with the errors kept
+"$COAGENT" -p hi --faux-script "$two_errors" >/dev/null 2>&1
+f=$(ls "$COAGENT_DIR"/sessions/*.jsonl | head -1)
+check "session file written" [ -n "$f" ]
+check "session file keeps the errors" [ "$(grep -c '"stopReason":"error"' "$f")" = 2 ]
+# --continue resumes it: the next request carries the history (errors filtered)
+"$COAGENT" -p again --continue --faux-script '[{"text":"more"}]' --faux-log log2.jsonl >/dev/null 2>&1
+check "--continue sends the history" contains log2.jsonl '"text":"hi"'
+check "--continue filters errors" bash -c "! grep -q '\"stopReason\":\"error\"' log2.jsonl"
+
+# no script: the friendly fixed reply
+"$COAGENT" -p hi --no-session >out.txt 2>&1
+check "default reply" equals out.txt "Hello from the faux provider."
+
+# bad input → exit 2 with a clear message
+"$COAGENT" --no-such-flag >out.txt 2>err.txt; rc=$?
+check "unknown flag exit 2" [ $rc = 2 ]
+check "unknown flag named" contains err.txt "--no-such-flag"
+check "unknown flag shows usage" contains err.txt "Usage:"
+printf '[{"text":"a"},\n  {"text": }]' > bad.json
+"$COAGENT" -p hi --no-session --faux-script bad.json >out.txt 2>err.txt; rc=$?
+check "bad script exit 2" [ $rc = 2 ]
+check "bad script names file and position" contains err.txt "bad.json:2:"
+"$COAGENT" -p hi --no-session --faux-script missing.json >out.txt 2>err.txt; rc=$?
+check "missing script exit 2" [ $rc = 2 ]
+check "missing script named" contains err.txt "missing.json"
+echo '{"retry":{"maxRetries":"three"}}' > "$COAGENT_DIR/settings.json"
+"$COAGENT" -p hi --no-session >out.txt 2>err.txt; rc=$?
+check "bad settings exit 2" [ $rc = 2 ]
+check "bad settings names file, key, value" contains err.txt "settings.json: key \"retry.maxRetries\""
+check "bad settings names the value" contains err.txt '"three"'
+echo '{"retry":{"baseDelayMs":1},"quietStartup":true}' > "$COAGENT_DIR/settings.json"
+"$COAGENT" -p hi --no-session >out.txt 2>err.txt; rc=$?
+check "unknown key is a warning only" [ $rc = 0 ]
+check "unknown key warned" contains err.txt "quietStartup"
+"$COAGENT" --mode print >out.txt 2>err.txt; rc=$?
+check "print without -p exit 2" [ $rc = 2 ]
+"$COAGENT" </dev/null >out.txt 2>err.txt; rc=$?
+check "not a tty exit 2" [ $rc = 2 ]
+check "not a tty message" contains err.txt "--mode rpc"
+"$COAGENT" --help >out.txt 2>&1; rc=$?
+check "--help exit 0" [ $rc = 0 ]
+check "--help lists exit codes" contains out.txt "Exit codes"
+"$COAGENT" --version >out.txt 2>&1
+check "--version" contains out.txt "coagent "
+
+# classify: every provider-errors.jsonl line through the executable
+while IFS= read -r line; do
+  msg=$(node -e 'console.log(JSON.parse(process.argv[1]).message)' "$line")
+  status=$(node -e 'const s=JSON.parse(process.argv[1]).status;console.log(s===undefined?"":s)' "$line")
+  expect=$(node -e 'console.log(JSON.parse(process.argv[1]).expect)' "$line")
+  args=(classify --message "$msg")
+  [ -n "$status" ] && args+=(--status "$status")
+  kind=$("$COAGENT" "${args[@]}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).kind))')
+  check "classify: $msg" [ "$kind" = "$expect" ]
+done < "$SHARED/data/provider-errors.jsonl"
+"$COAGENT" classify --message "429 Too Many Requests retry-after-ms=1500" --now 0 >out.txt
+check "classify prints the hint" equals out.txt '{"kind":"retryable","retryable":true,"rule":"retryable/too many requests","retryAfterMs":1500}' || cat out.txt >&2
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
