@@ -1,0 +1,161 @@
+#pragma once
+// coagent-fakellm: a scripted, fault-injecting fake LLM server on 127.0.0.1 that speaks the
+// OpenAI chat-completions and the Anthropic Messages streaming APIs (docs/fakellm.md). The
+// executable apps/fakellm_main.cpp wraps fakellm::server; tests may run the same server in
+// process on their own io_context.
+//
+// Script: a JSON array, one step per request (to either API), in order:
+//   {"status":N,"headers"?:{...},"body"?:JSON|TEXT}        an HTTP answer as given
+//   {"text":TEXT,"chunks"?:N,"usage"?:{...}}                a streamed reply
+//   {"text":...,"cutAfterChunks":N}                         connection dropped after N chunks
+//   {"text":...,"stallAfterChunks":N,"stallMs":M}           silence for M ms after N chunks
+//   {"sseError":{"type":T,"message":M},"text"?:...}         a mid-stream error event
+//   {"toolCall":{"name":...,"arguments":{...}}}              a streamed tool call
+// Any step may carry "times":N (repeat) and "delayMs":N (wait before answering). When the
+// script runs out: 500 with the text body "fakellm script exhausted".
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace coagent::fakellm {
+
+namespace json = boost::json;
+
+struct step {
+    enum class kind { status, text, sse_error, tool_call };
+    kind type = kind::text;
+
+    // status
+    int status = 200;
+    std::vector<std::pair<std::string, std::string>> headers;  // also sent with other kinds
+    std::optional<json::value> body;  // a string is sent as text/plain, else as JSON
+
+    // text / sse_error (text before the error) / tool_call
+    std::string text;
+    std::optional<int> chunks;  // split the text (or tool arguments) into N chunks
+    std::optional<json::object> usage;  // {input, output, cacheRead, cacheWrite}
+    std::optional<int> cut_after_chunks;
+    std::optional<int> stall_after_chunks;
+    std::int64_t stall_ms = 0;
+
+    // sse_error
+    std::string error_type;
+    std::string error_message;
+
+    // tool_call
+    std::string tool_name;
+    json::object tool_arguments;
+
+    int times = 1;
+    std::int64_t delay_ms = 0;
+};
+
+/// A malformed script: what() names the source (file or "<inline>"), the step and the field.
+class script_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct script {
+    std::vector<step> steps;
+
+    /// Parses script JSON; errors read "<source>:<line>:<col>: invalid JSON: …" or
+    /// "<source>: step 2: \"stallMs\" must be a non-negative integer, found \"x\"".
+    static script parse(std::string_view json_text, const std::string& source);
+    /// `arg` is inline JSON when it starts with '[' (after blanks), else a file path.
+    static script from_argument(const std::string& arg);
+};
+
+/// Which API a request path speaks.
+enum class api { openai, anthropic, unknown };
+/// /v1/chat/completions or /chat/completions → openai; /v1/messages or /messages → anthropic
+/// (any prefix before them is accepted, so baseUrl "http://host:port/proxy/v1" works too;
+/// a query string is ignored).
+api api_of_path(std::string_view target) noexcept;
+
+/// One request as the server received it.
+struct request_record {
+    std::size_t index = 0;  // 1-based
+    std::string path;
+    api kind = api::unknown;
+    std::string authorization;  // header values ("" when absent)
+    std::string x_api_key;
+    std::string model;
+    bool stream = false;
+    std::vector<std::string> roles;  // message roles in order ("system" first when sent)
+    std::string body;                // the raw request body
+    int status = 0;                  // the status answered
+};
+
+/// The --log line of a request: {"request":n,"path":…,"api":…,"authorization":bool,
+/// "x-api-key":bool,"keySuffix":"…"?,"model":…,"stream":bool,"roles":[…],"status":N}.
+json::object to_json(const request_record& r);
+
+struct server_options {
+    script steps;
+    std::optional<std::filesystem::path> log_file;  // one JSON line per request (appended)
+    std::uint16_t port = 0;                         // 0: chosen by the OS
+    std::string bind_address = "127.0.0.1";
+    // https: a PEM certificate chain and its private key (both or neither)
+    std::optional<std::filesystem::path> tls_cert_file;
+    std::optional<std::filesystem::path> tls_key_file;
+};
+
+/// The server. Runs on the executor given (single-threaded use: one io_context thread).
+class server {
+public:
+    /// Binds and listens. Throws std::system_error (bind, log file) or std::runtime_error (TLS
+    /// files).
+    server(boost::asio::any_io_executor ex, server_options opts);
+    ~server();
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    std::uint16_t port() const noexcept;
+    /// Starts accepting (each connection is served by its own coroutine, keep-alive honoured).
+    void start();
+    /// Closes the acceptor, every connection and every pending stall; idempotent. Coroutines
+    /// then finish on their own.
+    void stop();
+
+    /// Requests received so far (thread-safe).
+    std::vector<request_record> requests() const;
+    std::size_t request_count() const;
+
+    static constexpr const char* exhausted_text = "fakellm script exhausted";
+
+    struct impl;
+
+private:
+    std::shared_ptr<impl> impl_;
+};
+
+// ---- the response bodies, sans-io (exposed for tests and benchmarks) ----------------------
+
+/// The SSE events of a streamed reply for `kind`, each a complete "event:/data:" block ending
+/// in a blank line; `model` goes into the payloads. Chunk boundaries are where the text splits.
+/// For a text step the list is: preamble events, one event per text chunk, closing events.
+struct stream_plan {
+    std::vector<std::string> head;    // before the content chunks
+    std::vector<std::string> chunks;  // one per content chunk
+    std::vector<std::string> tail;    // after them
+};
+stream_plan plan_stream(const step& s, api kind, const std::string& model, std::int64_t input_tokens,
+                        std::size_t call_number);
+
+/// Splits `text` into `n` pieces of about equal size at UTF-8 character boundaries; default
+/// (n unset): at spaces, one word (with its leading space) a piece.
+std::vector<std::string> split_chunks(std::string_view text, std::optional<int> n);
+
+}  // namespace coagent::fakellm

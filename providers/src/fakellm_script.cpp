@@ -1,0 +1,491 @@
+// coagent-fakellm, the sans-io half: script parsing, chunking and the SSE payloads of both APIs.
+
+#include <coagent/providers/fakellm.hpp>
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/stream_parser.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace coagent::fakellm {
+
+namespace {
+
+[[noreturn]] void step_error(const std::string& source, std::size_t index, const std::string& what) {
+    throw script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
+}
+
+std::string shown(const json::value& v) {
+    std::string s = json::serialize(v);
+    if (s.size() > 60) s = s.substr(0, 57) + "...";
+    return s;
+}
+
+std::int64_t int_field(const json::object& o, std::string_view key, std::int64_t min, std::int64_t max,
+                       const std::string& source, std::size_t index, std::string_view expected) {
+    const auto& v = o.at(key);
+    std::int64_t x = 0;
+    if (v.is_int64()) {
+        x = v.get_int64();
+    } else if (v.is_uint64()) {
+        x = max;
+        if (v.get_uint64() > static_cast<std::uint64_t>(max))
+            step_error(source, index, "\"" + std::string(key) + "\" must be " + std::string(expected) +
+                                          ", found " + shown(v));
+    } else if (v.is_double() && v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
+        x = static_cast<std::int64_t>(v.get_double());
+    } else {
+        step_error(source, index,
+                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " + shown(v));
+    }
+    if (x < min || x > max)
+        step_error(source, index,
+                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " + shown(v));
+    return x;
+}
+
+std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t offset) {
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+        if (text[i] == '\n') {
+            ++line;
+            col = 1;
+        } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+            ++col;
+        }
+    }
+    return {line, col};
+}
+
+constexpr std::string_view known_fields[] = {
+    "status", "headers", "body", "text", "chunks", "usage", "cutAfterChunks", "stallAfterChunks",
+    "stallMs", "sseError", "toolCall", "times", "delayMs"};
+
+}  // namespace
+
+script script::parse(std::string_view text, const std::string& source) {
+    json::stream_parser p;
+    boost::system::error_code ec;
+    const std::size_t consumed = p.write_some(text.data(), text.size(), ec);
+    if (!ec) p.finish(ec);
+    if (ec) {
+        auto [line, col] = line_col(text, consumed);
+        throw script_error(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                           ": invalid JSON: " + ec.message());
+    }
+    json::value v = p.release();
+    if (!v.is_array()) throw script_error(source + ": the script must be a JSON array of steps, found " + shown(v));
+    script out;
+    const auto& arr = v.get_array();
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+        if (!arr[i].is_object()) step_error(source, i, "a step must be an object, found " + shown(arr[i]));
+        const auto& o = arr[i].get_object();
+        for (const auto& kv : o)
+            if (std::find(std::begin(known_fields), std::end(known_fields), kv.key()) == std::end(known_fields))
+                step_error(source, i, "unknown field \"" + std::string(kv.key()) +
+                                          "\" (known: status, headers, body, text, chunks, usage, "
+                                          "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
+                                          "times, delayMs)");
+        step s;
+        const bool has_status = o.contains("status");
+        const bool has_text = o.contains("text");
+        const bool has_sse = o.contains("sseError");
+        const bool has_tool = o.contains("toolCall");
+        if (has_sse) {
+            s.type = step::kind::sse_error;
+            if (has_status || has_tool) step_error(source, i, "\"sseError\" cannot be combined with \"status\" or \"toolCall\"");
+        } else if (has_tool) {
+            s.type = step::kind::tool_call;
+            if (has_status || has_text) step_error(source, i, "\"toolCall\" cannot be combined with \"status\" or \"text\"");
+        } else if (has_text) {
+            s.type = step::kind::text;
+            if (has_status) step_error(source, i, "\"status\" cannot be combined with \"text\" (a streamed reply is a 200)");
+        } else if (has_status) {
+            s.type = step::kind::status;
+        } else {
+            step_error(source, i, "needs one of \"status\", \"text\", \"sseError\", \"toolCall\"");
+        }
+
+        if (has_status) s.status = static_cast<int>(int_field(o, "status", 100, 599, source, i, "an HTTP status (100-599)"));
+        if (const auto* h = o.if_contains("headers")) {
+            if (!h->is_object()) step_error(source, i, "\"headers\" must be an object of strings, found " + shown(*h));
+            for (const auto& kv : h->get_object()) {
+                std::string value;
+                if (kv.value().is_string())
+                    value = kv.value().get_string();
+                else if (kv.value().is_number())
+                    value = json::serialize(kv.value());
+                else
+                    step_error(source, i, "header \"" + std::string(kv.key()) +
+                                              "\" must be a string or a number, found " + shown(kv.value()));
+                if (kv.key().empty() || value.find_first_of("\r\n") != std::string::npos)
+                    step_error(source, i, "header \"" + std::string(kv.key()) + "\" is not a valid header");
+                s.headers.emplace_back(kv.key(), std::move(value));
+            }
+        }
+        if (const auto* b = o.if_contains("body")) {
+            if (s.type != step::kind::status) step_error(source, i, "\"body\" belongs to a \"status\" step");
+            s.body = *b;
+        }
+        if (has_text) {
+            const auto& t = o.at("text");
+            if (!t.is_string()) step_error(source, i, "\"text\" must be a string, found " + shown(t));
+            s.text = t.get_string();
+        }
+        if (o.contains("chunks")) s.chunks = static_cast<int>(int_field(o, "chunks", 1, 1'000'000, source, i, "an integer from 1 to 1000000"));
+        if (const auto* u = o.if_contains("usage")) {
+            if (!u->is_object()) step_error(source, i, "\"usage\" must be an object, found " + shown(*u));
+            for (const auto& kv : u->get_object()) {
+                static constexpr std::string_view names[] = {"input", "output", "cacheRead", "cacheWrite"};
+                if (std::find(std::begin(names), std::end(names), kv.key()) == std::end(names))
+                    step_error(source, i, "unknown usage field \"" + std::string(kv.key()) +
+                                              "\" (known: input, output, cacheRead, cacheWrite)");
+                int_field(u->get_object(), kv.key(), 0, INT64_MAX / 4, source, i, "a non-negative integer");
+            }
+            s.usage = u->get_object();
+        }
+        if (o.contains("cutAfterChunks"))
+            s.cut_after_chunks = static_cast<int>(int_field(o, "cutAfterChunks", 0, 1'000'000, source, i, "a non-negative integer"));
+        if (o.contains("stallAfterChunks"))
+            s.stall_after_chunks = static_cast<int>(int_field(o, "stallAfterChunks", 0, 1'000'000, source, i, "a non-negative integer"));
+        if (o.contains("stallMs")) s.stall_ms = int_field(o, "stallMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
+        if (s.stall_after_chunks && !o.contains("stallMs"))
+            step_error(source, i, "\"stallAfterChunks\" needs \"stallMs\"");
+        if (o.contains("stallMs") && !s.stall_after_chunks) s.stall_after_chunks = 0;
+        if ((s.cut_after_chunks || s.stall_after_chunks || s.chunks || s.usage) && s.type == step::kind::status)
+            step_error(source, i, "chunks, usage, cutAfterChunks and stallAfterChunks belong to streamed steps");
+        if (const auto* e = o.if_contains("sseError")) {
+            if (!e->is_object()) step_error(source, i, "\"sseError\" must be an object {\"type\",\"message\"}, found " + shown(*e));
+            const auto& eo = e->get_object();
+            s.error_type = "overloaded_error";
+            s.error_message = "Overloaded";
+            if (const auto* t = eo.if_contains("type")) {
+                if (!t->is_string()) step_error(source, i, "\"sseError.type\" must be a string");
+                s.error_type = t->get_string();
+            }
+            if (const auto* m = eo.if_contains("message")) {
+                if (!m->is_string()) step_error(source, i, "\"sseError.message\" must be a string");
+                s.error_message = m->get_string();
+            }
+        }
+        if (const auto* tc = o.if_contains("toolCall")) {
+            if (!tc->is_object()) step_error(source, i, "\"toolCall\" must be an object, found " + shown(*tc));
+            const auto* name = tc->get_object().if_contains("name");
+            if (!name || !name->is_string() || name->get_string().empty())
+                step_error(source, i, "\"toolCall.name\" must be a non-empty string");
+            s.tool_name = name->get_string();
+            if (const auto* a = tc->get_object().if_contains("arguments")) {
+                if (!a->is_object()) step_error(source, i, "\"toolCall.arguments\" must be an object, found " + shown(*a));
+                s.tool_arguments = a->get_object();
+            }
+        }
+        if (o.contains("times")) s.times = static_cast<int>(int_field(o, "times", 1, 1'000'000'000, source, i, "an integer from 1 to 1e9"));
+        if (o.contains("delayMs")) s.delay_ms = int_field(o, "delayMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
+        out.steps.push_back(std::move(s));
+    }
+    return out;
+}
+
+script script::from_argument(const std::string& arg) {
+    const auto first = arg.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && arg[first] == '[') return parse(arg, "<inline>");
+    std::ifstream in(arg, std::ios::binary);
+    if (!in) throw script_error(arg + ": cannot read the script: " + std::strerror(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse(ss.str(), arg);
+}
+
+api api_of_path(std::string_view target) noexcept {
+    if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+    while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
+    if (target.ends_with("/chat/completions")) return api::openai;
+    if (target.ends_with("/messages")) return api::anthropic;
+    return api::unknown;
+}
+
+json::object to_json(const request_record& r) {
+    json::object o;
+    o["request"] = r.index;
+    o["path"] = r.path;
+    o["api"] = r.kind == api::openai ? "openai-completions" : r.kind == api::anthropic ? "anthropic-messages" : "unknown";
+    o["authorization"] = !r.authorization.empty();
+    o["x-api-key"] = !r.x_api_key.empty();
+    // The last 4 characters of the key tell credentials apart without logging them.
+    std::string key = r.x_api_key.empty() ? r.authorization : r.x_api_key;
+    if (key.size() > 4) o["keySuffix"] = key.substr(key.size() - 4);
+    o["model"] = r.model;
+    o["stream"] = r.stream;
+    json::array roles;
+    for (const auto& role : r.roles) roles.emplace_back(role);
+    o["roles"] = std::move(roles);
+    o["status"] = r.status;
+    return o;
+}
+
+std::vector<std::string> split_chunks(std::string_view text, std::optional<int> n) {
+    std::vector<std::string> out;
+    if (text.empty()) return out;
+    if (!n) {
+        std::size_t pos = 0;
+        while (pos < text.size()) {
+            std::size_t next = text.find(' ', pos + 1);
+            if (next == std::string_view::npos) next = text.size();
+            out.emplace_back(text.substr(pos, next - pos));
+            pos = next;
+        }
+        return out;
+    }
+    const std::size_t parts = static_cast<std::size_t>(std::max(1, *n));
+    std::size_t pos = 0;
+    for (std::size_t k = 1; k <= parts && pos < text.size(); ++k) {
+        std::size_t end = k == parts ? text.size() : text.size() * k / parts;
+        while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+        if (end <= pos) continue;
+        out.emplace_back(text.substr(pos, end - pos));
+        pos = end;
+    }
+    return out;
+}
+
+namespace {
+
+std::string data_line(const json::value& v) {
+    std::string s = "data: ";
+    s += json::serialize(v);
+    s += "\n\n";
+    return s;
+}
+
+std::string event_block(std::string_view type, const json::value& v) {
+    std::string s = "event: ";
+    s += type;
+    s += "\ndata: ";
+    s += json::serialize(v);
+    s += "\n\n";
+    return s;
+}
+
+struct usage_numbers {
+    std::int64_t input, output, cache_read, cache_write;
+};
+
+usage_numbers usage_of(const step& s, std::int64_t input_tokens, std::size_t out_chars) {
+    usage_numbers u{input_tokens, static_cast<std::int64_t>(out_chars / 4 + 1), 0, 0};
+    if (s.usage) {
+        auto get = [&](std::string_view k, std::int64_t& into) {
+            if (const auto* v = s.usage->if_contains(k)) into = v->to_number<std::int64_t>();
+        };
+        get("input", u.input);
+        get("output", u.output);
+        get("cacheRead", u.cache_read);
+        get("cacheWrite", u.cache_write);
+    }
+    return u;
+}
+
+json::object openai_chunk(const std::string& id, const std::string& model) {
+    json::object c;
+    c["id"] = id;
+    c["object"] = "chat.completion.chunk";
+    c["created"] = 1700000000;
+    c["model"] = model;
+    return c;
+}
+
+json::value openai_choice(json::object delta, const char* finish) {
+    json::object ch;
+    ch["index"] = 0;
+    ch["delta"] = std::move(delta);
+    ch["finish_reason"] = finish ? json::value(finish) : json::value(nullptr);
+    json::array a;
+    a.push_back(std::move(ch));
+    return a;
+}
+
+}  // namespace
+
+stream_plan plan_stream(const step& s, api kind, const std::string& model, std::int64_t input_tokens,
+                        std::size_t call_number) {
+    stream_plan p;
+    const bool tool = s.type == step::kind::tool_call;
+    const std::string tool_json = tool ? json::serialize(s.tool_arguments) : std::string();
+    const std::vector<std::string> pieces = split_chunks(tool ? std::string_view(tool_json) : std::string_view(s.text), s.chunks);
+    const usage_numbers u = usage_of(s, input_tokens, tool ? tool_json.size() : s.text.size());
+    const std::string n = std::to_string(call_number);
+
+    if (kind == api::openai) {
+        const std::string id = "chatcmpl-fakellm-" + n;
+        {
+            json::object delta;
+            delta["role"] = "assistant";
+            if (tool) {
+                delta["content"] = nullptr;
+                json::object fn;
+                fn["name"] = s.tool_name;
+                fn["arguments"] = "";
+                json::object tc;
+                tc["index"] = 0;
+                tc["id"] = "call_fakellm_" + n;
+                tc["type"] = "function";
+                tc["function"] = std::move(fn);
+                json::array tcs;
+                tcs.push_back(std::move(tc));
+                delta["tool_calls"] = std::move(tcs);
+            } else {
+                delta["content"] = "";
+            }
+            auto c = openai_chunk(id, model);
+            c["choices"] = openai_choice(std::move(delta), nullptr);
+            p.head.push_back(data_line(c));
+        }
+        for (const auto& piece : pieces) {
+            json::object delta;
+            if (tool) {
+                json::object fn;
+                fn["arguments"] = piece;
+                json::object tc;
+                tc["index"] = 0;
+                tc["function"] = std::move(fn);
+                json::array tcs;
+                tcs.push_back(std::move(tc));
+                delta["tool_calls"] = std::move(tcs);
+            } else {
+                delta["content"] = piece;
+            }
+            auto c = openai_chunk(id, model);
+            c["choices"] = openai_choice(std::move(delta), nullptr);
+            p.chunks.push_back(data_line(c));
+        }
+        if (s.type == step::kind::sse_error) {
+            json::object err;
+            err["message"] = s.error_message;
+            err["type"] = s.error_type;
+            err["code"] = nullptr;
+            json::object e;
+            e["error"] = std::move(err);
+            p.tail.push_back(data_line(e));
+            return p;
+        }
+        {
+            auto c = openai_chunk(id, model);
+            c["choices"] = openai_choice(json::object(), tool ? "tool_calls" : "stop");
+            p.tail.push_back(data_line(c));
+        }
+        {
+            auto c = openai_chunk(id, model);
+            c["choices"] = json::array();
+            json::object usage;
+            usage["prompt_tokens"] = u.input + u.cache_read;
+            usage["completion_tokens"] = u.output;
+            usage["total_tokens"] = u.input + u.cache_read + u.output;
+            json::object details;
+            details["cached_tokens"] = u.cache_read;
+            usage["prompt_tokens_details"] = std::move(details);
+            c["usage"] = std::move(usage);
+            p.tail.push_back(data_line(c));
+        }
+        p.tail.emplace_back("data: [DONE]\n\n");
+        return p;
+    }
+
+    // Anthropic Messages
+    {
+        json::object usage;
+        usage["input_tokens"] = u.input;
+        usage["cache_creation_input_tokens"] = u.cache_write;
+        usage["cache_read_input_tokens"] = u.cache_read;
+        usage["output_tokens"] = 1;
+        json::object msg;
+        msg["id"] = "msg_fakellm_" + n;
+        msg["type"] = "message";
+        msg["role"] = "assistant";
+        msg["model"] = model;
+        msg["content"] = json::array();
+        msg["stop_reason"] = nullptr;
+        msg["stop_sequence"] = nullptr;
+        msg["usage"] = std::move(usage);
+        json::object ev;
+        ev["type"] = "message_start";
+        ev["message"] = std::move(msg);
+        p.head.push_back(event_block("message_start", ev));
+    }
+    const bool has_block = tool || !s.text.empty() || s.type == step::kind::text;
+    if (has_block) {
+        json::object block;
+        if (tool) {
+            block["type"] = "tool_use";
+            block["id"] = "toolu_fakellm_" + n;
+            block["name"] = s.tool_name;
+            block["input"] = json::object();
+        } else {
+            block["type"] = "text";
+            block["text"] = "";
+        }
+        json::object ev;
+        ev["type"] = "content_block_start";
+        ev["index"] = 0;
+        ev["content_block"] = std::move(block);
+        p.head.push_back(event_block("content_block_start", ev));
+    }
+    {
+        json::object ping;
+        ping["type"] = "ping";
+        p.head.push_back(event_block("ping", ping));
+    }
+    for (const auto& piece : pieces) {
+        json::object delta;
+        if (tool) {
+            delta["type"] = "input_json_delta";
+            delta["partial_json"] = piece;
+        } else {
+            delta["type"] = "text_delta";
+            delta["text"] = piece;
+        }
+        json::object ev;
+        ev["type"] = "content_block_delta";
+        ev["index"] = 0;
+        ev["delta"] = std::move(delta);
+        p.chunks.push_back(event_block("content_block_delta", ev));
+    }
+    if (s.type == step::kind::sse_error) {
+        json::object err;
+        err["type"] = s.error_type;
+        err["message"] = s.error_message;
+        json::object ev;
+        ev["type"] = "error";
+        ev["error"] = std::move(err);
+        p.tail.push_back(event_block("error", ev));
+        return p;
+    }
+    if (has_block) {
+        json::object ev;
+        ev["type"] = "content_block_stop";
+        ev["index"] = 0;
+        p.tail.push_back(event_block("content_block_stop", ev));
+    }
+    {
+        json::object delta;
+        delta["stop_reason"] = tool ? "tool_use" : "end_turn";
+        delta["stop_sequence"] = nullptr;
+        json::object usage;
+        usage["output_tokens"] = u.output;
+        json::object ev;
+        ev["type"] = "message_delta";
+        ev["delta"] = std::move(delta);
+        ev["usage"] = std::move(usage);
+        p.tail.push_back(event_block("message_delta", ev));
+    }
+    {
+        json::object ev;
+        ev["type"] = "message_stop";
+        p.tail.push_back(event_block("message_stop", ev));
+    }
+    return p;
+}
+
+}  // namespace coagent::fakellm
