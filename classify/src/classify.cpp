@@ -35,6 +35,17 @@ compiled_patterns build() {
     for (const auto& e : table) {
         c.entries.push_back(compile(e.regex, std::string(e.table) + "/" + std::string(e.name)));
     }
+    RE2::Options opts;
+    opts.set_case_sensitive(false);
+    opts.set_log_errors(false);
+    c.all = std::make_unique<RE2::Set>(opts, RE2::UNANCHORED);
+    for (const auto& e : table) {
+        std::string err;
+        if (c.all->Add(piece(e.regex), &err) < 0)
+            throw std::logic_error("classify pattern table: " + std::string(e.table) + "/" +
+                                   std::string(e.name) + " does not compile in a set: " + err);
+    }
+    if (!c.all->Compile()) throw std::logic_error("classify pattern table: the set does not compile");
     c.provider_error_type = compile(provider_error_type_regex, "provider_error_type_regex");
     c.duration_part = compile(duration_part_regex, "duration_part_regex");
     return c;
@@ -47,12 +58,23 @@ const compiled_patterns& compiled() {
     return c;
 }
 
-std::optional<std::size_t> first_match(std::string_view table, std::string_view text) {
-    const auto entries = pattern_table();
-    const auto& res = compiled().entries;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (entries[i].table == table && RE2::PartialMatch(piece(text), *res[i])) return i;
+match_result::match_result(std::string_view text) : bits_(pattern_table().size(), false) {
+    const auto& c = compiled();
+    std::vector<int> hits;
+    RE2::Set::ErrorInfo info{};
+    if (c.all->Match(piece(text), &hits, &info)) {
+        for (int i : hits) bits_[static_cast<std::size_t>(i)] = true;
+    } else if (info.kind != RE2::Set::kNoError) {
+        // the set's DFA ran out of memory (huge input): fall back to one regex at a time
+        for (std::size_t i = 0; i < c.entries.size(); ++i)
+            bits_[i] = RE2::PartialMatch(piece(text), *c.entries[i]);
     }
+}
+
+std::optional<std::size_t> match_result::first(std::string_view table) const {
+    const auto entries = pattern_table();
+    for (std::size_t i = 0; i < entries.size(); ++i)
+        if (bits_[i] && entries[i].table == table) return i;
     return std::nullopt;
 }
 
@@ -69,6 +91,7 @@ std::string rule_of(std::size_t index) {
 }
 
 std::string provider_error_type_of(std::string_view text) {
+    if (text.find("_error") == std::string_view::npos) return {};  // cheap pre-check
     re2::StringPiece type;
     if (RE2::PartialMatch(detail::piece(text), *detail::compiled().provider_error_type, &type)) {
         std::string t(detail::view(type));
@@ -107,15 +130,15 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
     classification c;
     c.status = status;
     c.provider_error_type = provider_error_type_of(text);
-    c.retry_after_ms = parse_retry_hint(text, now_ms);
+    const detail::match_result m(text);  // one pass over the text for every table
+    c.retry_after_ms = detail::retry_hint(m, text, now_ms);
 
-    if (auto i = detail::first_match("overflow", text);
-        i && !detail::first_match("non_overflow", text)) {
+    if (auto i = m.first("overflow"); i && !m.first("non_overflow")) {
         c.kind = error_kind::context_overflow;
         c.rule = rule_of(*i);
         return c;
     }
-    if (auto i = detail::first_match("usage_limit", text)) {
+    if (auto i = m.first("usage_limit")) {
         c.kind = error_kind::usage_limit;
         c.rule = rule_of(*i);
         return c;
@@ -129,7 +152,7 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
             }
         }
     }
-    if (auto i = detail::first_match("retryable", text)) {
+    if (auto i = m.first("retryable")) {
         c.kind = error_kind::retryable;
         c.rule = rule_of(*i);
         return c;

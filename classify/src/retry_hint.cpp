@@ -216,11 +216,16 @@ std::optional<std::int64_t> hint_value(hint_form form, std::string_view g1, std:
 }  // namespace
 
 std::optional<std::int64_t> parse_retry_hint(std::string_view text, std::int64_t now_ms) {
+    return detail::retry_hint(detail::match_result(text), text, now_ms);
+}
+
+std::optional<std::int64_t> detail::retry_hint(const match_result& m, std::string_view text,
+                                               std::int64_t now_ms) {
     const auto table = pattern_table();
     const auto& res = detail::compiled().entries;
     const auto input = detail::piece(text);
     for (std::size_t i = 0; i < table.size(); ++i) {
-        if (table[i].form == hint_form::none) continue;
+        if (table[i].form == hint_form::none || !m.matches(i)) continue;
         const RE2& re = *res[i];
         std::array<re2::StringPiece, 3> groups;
         const int n = std::min<int>(1 + re.NumberOfCapturingGroups(), groups.size());

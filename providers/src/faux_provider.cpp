@@ -164,6 +164,11 @@ std::optional<faux_step> faux_provider::next_step() {
 }
 
 void faux_provider::record(const provider_request& req) {
+    if (!opts_.record_requests && !log_) {
+        std::lock_guard lock(mutex_);
+        ++unrecorded_;
+        return;
+    }
     faux_request r;
     r.messages.reserve(req.messages.size());
     for (const auto& m : req.messages)
@@ -197,7 +202,7 @@ std::vector<faux_request> faux_provider::requests() const {
 
 std::size_t faux_provider::request_count() const {
     std::lock_guard lock(mutex_);
-    return requests_.size();
+    return requests_.size() + unrecorded_;
 }
 
 asio::awaitable<void> faux_provider::stream(const provider_request& req, message& out,

@@ -83,12 +83,10 @@ agent_session::agent_session(session_options o)
       compaction_(o.compaction ? std::move(o.compaction) : std::make_shared<unavailable_compaction>()),
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
-      system_prompt_(std::move(o.system_prompt)),
-      settled_(executor_) {
+      system_prompt_(std::move(o.system_prompt)) {
     if (!executor_) throw std::invalid_argument("agent_session: no executor");
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
     backoff_ = make_cancellable_wait(executor_, clock_);
-    settled_.expires_at(asio::steady_timer::time_point::max());
     if (o.resume_file) {
         auto loaded = session_history::load(*o.resume_file);
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
@@ -192,95 +190,123 @@ void agent_session::abort() {
 // ---- the prompt -------------------------------------------------------------------------
 
 asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming_behavior behavior) {
-    if (busy_) {
-        if (behavior == streaming_behavior::none) {
-            prompt_result r;
-            r.outcome = prompt_result::status::refused;
-            r.error = busy_text;
-            co_return r;
-        }
-        auto m = std::make_shared<message>(make_user_message(std::move(text)));
-        (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back(std::move(m));
-        boost::system::error_code ec;
-        co_await settled_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        co_return last_result_;
-    }
+    if (busy_) co_return co_await queue_while_busy(std::move(text), behavior);
     busy_ = true;
     machine_.begin_prompt();
     abort_.reset();
-    auto user = std::make_shared<message>(make_user_message(std::move(text)));
-    prompt_result r = co_await run_prompt(std::move(user));
-    busy_ = false;
-    last_result_ = r;
-    settled_.cancel();  // wakes the prompts queued while busy
-    settled_.expires_at(asio::steady_timer::time_point::max());
-    emit(agent_settled_event{});
-    co_return r;
-}
-
-asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user) {
-    message_ptr pending = std::move(user);
+    message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
     bool overflow_recovered = false;
-    prompt_result result;
+    bool retry_cancelled = false;
     for (;;) {
-        run_outcome out;
-        co_await run_agent(std::move(pending), out);
-        pending = nullptr;
-        const message* last = out.last_assistant.get();
-
-        classification c;
-        if (last) c = classify(*last, provider_->model(), now_ms_());
-        agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
-        if (d.usage_limit && auth_ &&
-            auth_->mark_usage_limit_reached(provider_->model().provider, history_.session_id(),
-                                            d.retry_hint_ms))
-            retry_machine::usage_switch_succeeded(d);
-
-        agent_end_event end_ev{std::move(out.added), d.will_retry};
-        emit(std::move(end_ev));
-        if (d.end) emit(*d.end);
-
-        if (d.will_retry) {
-            const auto delay = delay_to_duration(d.start->delay_ms);
-            emit(*d.start);
-            drop_trailing_failed_assistant();  // after the start event (spec §3 step 9)
-            machine_.begin_wait();
-            const bool elapsed = co_await backoff_->wait(delay);
-            wait_outcome w = machine_.on_wait_done(elapsed);
-            if (w.resume) continue;  // the continue runs as a fresh task (wait posted)
-            emit(*w.end);
-            result.outcome = abort_.requested() ? prompt_result::status::aborted
-                                                : prompt_result::status::failed;
-            result.error = retry_cancelled_text;
-            result.last_assistant = out.last_assistant;
-        } else {
-            if (d.to_compaction && !overflow_recovered && config_.compaction.enabled) {
+        message_ptr last;
+        {
+            run_outcome out;
+            co_await run_agent(std::move(pending), out);
+            last = out.last_assistant;
+            pending = nullptr;
+            next_step step = finish_run(std::move(out), overflow_recovered);
+            if (step.wait) {
+                machine_.begin_wait();
+                const bool elapsed = step.delay_ms <= 0 ? co_await post_continue()
+                                                        : co_await backoff_->wait(delay_to_duration(step.delay_ms));
+                if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
+                retry_cancelled = true;
+            } else if (step.compact) {
                 overflow_recovered = true;
                 if (co_await recover_overflow()) continue;
             }
-            result = prompt_result{};
-            result.last_assistant = out.last_assistant;
-            if (last && last->stop == stop_reason::aborted) {
-                result.outcome = prompt_result::status::aborted;
-                result.error = last->error_message.value_or("Request was aborted");
-            } else if (last && last->stop == stop_reason::error) {
-                result.outcome = prompt_result::status::failed;
-                result.error = last->error_message.value_or("Unknown error");
-            }
         }
-
         // queued follow-ups (and steering messages no turn picked up) run before settling
         if (!abort_.requested() && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
             if (!follow_up_queue_.empty()) {
                 pending = std::move(follow_up_queue_.front());
-                follow_up_queue_.pop_front();
+                follow_up_queue_.erase(follow_up_queue_.begin());
             }
             machine_.begin_prompt();
             overflow_recovered = false;
+            retry_cancelled = false;
             continue;
         }
-        co_return result;
+        last_result_ = result_of(last, retry_cancelled);
+        break;
     }
+    busy_ = false;
+    if (settled_) settled_->cancel();  // wakes the prompts queued while busy
+    emit(agent_settled_event{});
+    co_return last_result_;
+}
+
+asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior) {
+    if (behavior == streaming_behavior::none) {
+        prompt_result r;
+        r.outcome = prompt_result::status::refused;
+        r.error = busy_text;
+        co_return r;
+    }
+    auto m = std::make_shared<message>(make_user_message(std::move(text)));
+    (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back(std::move(m));
+    if (!settled_) {
+        settled_ = std::make_unique<asio::steady_timer>(executor_);
+        settled_->expires_at(asio::steady_timer::time_point::max());
+    }
+    // a latch: the timer never fires, cancel() at settle wakes every waiter
+    boost::system::error_code ec;
+    co_await settled_->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_return last_result_;
+}
+
+asio::awaitable<bool> agent_session::post_continue() {
+    co_await asio::post(executor_, asio::use_awaitable);
+    co_return true;
+}
+
+agent_session::next_step agent_session::finish_run(run_outcome out, bool overflow_recovered) {
+    const message* last = out.last_assistant.get();
+    classification c;
+    if (last) c = classify(*last, provider_->model(), now_ms_());
+    agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
+    if (d.usage_limit && auth_ &&
+        auth_->mark_usage_limit_reached(last->provider, history_.session_id(), d.retry_hint_ms))
+        retry_machine::usage_switch_succeeded(d);
+
+    emit(agent_end_event{std::move(out.added), d.will_retry});
+    if (d.end) emit(*d.end);
+    next_step step;
+    if (d.will_retry) {
+        step.wait = true;
+        step.delay_ms = d.start->delay_ms;
+        emit(*d.start);
+        drop_trailing_failed_assistant();  // after the start event (spec §3 step 9)
+    } else {
+        step.compact = d.to_compaction && !overflow_recovered && config_.compaction.enabled;
+    }
+    return step;
+}
+
+bool agent_session::resume_after_wait(bool elapsed) {
+    wait_outcome w = machine_.on_wait_done(elapsed);
+    if (w.resume) return true;
+    emit(*w.end);
+    return false;
+}
+
+prompt_result agent_session::result_of(const message_ptr& last, bool retry_cancelled) const {
+    prompt_result r;
+    r.last_assistant = last;
+    if (retry_cancelled) {
+        r.outcome = abort_.requested() ? prompt_result::status::aborted : prompt_result::status::failed;
+        r.error = retry_cancelled_text;
+        return r;
+    }
+    if (!last) return r;
+    if (last->stop == stop_reason::aborted || (abort_.requested() && is_failed_assistant(*last))) {
+        r.outcome = prompt_result::status::aborted;
+        r.error = last->error_message.value_or("Request was aborted");
+    } else if (last->stop == stop_reason::error) {
+        r.outcome = prompt_result::status::failed;
+        r.error = last->error_message.value_or("Unknown error");
+    }
+    return r;
 }
 
 asio::awaitable<bool> agent_session::recover_overflow() {
@@ -320,13 +346,15 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             out.added.push_back(std::move(user));
             user = nullptr;
         }
-        while (!steer_queue_.empty()) {
-            auto s = std::move(steer_queue_.front());
-            steer_queue_.pop_front();
-            append(s);
-            emit(message_start_event{s});
-            emit(message_end_event{s});
-            out.added.push_back(std::move(s));
+        if (!steer_queue_.empty()) {
+            std::vector<message_ptr> steered;  // a listener may queue more while we emit
+            steered.swap(steer_queue_);
+            for (auto& s : steered) {
+                append(s);
+                emit(message_start_event{s});
+                emit(message_end_event{s});
+                out.added.push_back(std::move(s));
+            }
         }
 
         auto reply = std::make_shared<message>();

@@ -488,8 +488,14 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     fs::path temp;
     fd_guard f;
     for (int attempt = 0; f.fd < 0; ++attempt) {
-        temp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) +
-                      "." + std::to_string(temp_counter.fetch_add(1)));
+        // built with append: g++ 12 -O3 warns falsely (-Wrestrict) on "." + std::string
+        std::string name(1, '.');
+        name.append(target.filename().string())
+            .append(".tmp.")
+            .append(std::to_string(::getpid()))
+            .append(".")
+            .append(std::to_string(temp_counter.fetch_add(1)));
+        temp = dir / name;
         f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (f.fd < 0 && (errno != EEXIST || attempt >= 100))
             throw_io(label, "create " + temp.string(), errno);

@@ -69,6 +69,7 @@ struct faux_options {
     std::optional<std::filesystem::path> log_file;  // one JSON line per request
     std::int64_t stream_idle_timeout_ms = 120000;   // provider.streamIdleTimeoutMs
     clock_kind clock = clock_kind::steady;
+    bool record_requests = true;  // keep requests() (benchmarks of many sessions turn it off)
 };
 
 class faux_provider final : public provider {
@@ -97,6 +98,7 @@ private:
     std::size_t tool_calls_ = 0;
     mutable std::mutex mutex_;
     std::vector<faux_request> requests_;
+    std::size_t unrecorded_ = 0;
     std::FILE* log_ = nullptr;
 };
 

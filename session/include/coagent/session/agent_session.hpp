@@ -21,7 +21,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -161,7 +160,17 @@ private:
     struct run_outcome;
     class observer;
 
-    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user);
+    struct next_step {
+        bool wait = false;           // a retry starts: wait delay_ms, then continue
+        std::int64_t delay_ms = 0;
+        bool compact = false;        // hand the overflow to compaction
+    };
+    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b);
+    boost::asio::awaitable<bool> post_continue();
+    // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry events
+    next_step finish_run(run_outcome out, bool overflow_recovered);
+    bool resume_after_wait(bool elapsed);
+    prompt_result result_of(const message_ptr& last, bool retry_cancelled) const;
     boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
     boost::asio::awaitable<bool> recover_overflow();
     boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
@@ -184,13 +193,15 @@ private:
     retry_machine machine_;
     std::unique_ptr<cancellable_wait> backoff_;
     abort_signal abort_;
-    boost::asio::steady_timer settled_;  // latch: cancelled to wake prompts queued while busy
+    // latch for prompts queued while busy (created on first use): cancelled at settle
+    std::unique_ptr<boost::asio::steady_timer> settled_;
     prompt_result last_result_;
 
     std::vector<message_ptr> messages_;
     session_history history_;
-    std::deque<message_ptr> steer_queue_;
-    std::deque<message_ptr> follow_up_queue_;
+    // small FIFOs (a std::deque would allocate ~1 KiB per session up front)
+    std::vector<message_ptr> steer_queue_;
+    std::vector<message_ptr> follow_up_queue_;
 
     struct listener_entry {
         std::uint64_t id;

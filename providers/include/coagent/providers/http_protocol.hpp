@@ -1,0 +1,92 @@
+#pragma once
+// The wire formats of the HTTP providers, sans-io: request bodies for OpenAI chat completions and
+// Anthropic Messages, the stream decoders that turn their SSE events into an assistant message,
+// the error text of a failed response, and the retry hint taken from response headers
+// (spec Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now is a parameter).
+
+#include <coagent/providers/sse_parser.hpp>
+#include <coagent/session/provider.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace coagent::http_protocol {
+
+/// The wire API of a provider (models.json "api").
+enum class api_kind { openai_completions, anthropic_messages };
+
+std::string_view to_string(api_kind k) noexcept;  // "openai-completions" | "anthropic-messages"
+std::optional<api_kind> api_from_string(std::string_view s) noexcept;
+
+/// The path appended to baseUrl: "/chat/completions" or "/messages".
+std::string_view endpoint_path(api_kind k) noexcept;
+
+/// The JSON request body of one streamed request. Failed assistant messages are expected to be
+/// filtered out by the caller already (provider_request's contract).
+std::string build_request_body(api_kind k, const provider_request& req);
+
+/// Response headers with lower-case names (HTTP names are case-insensitive).
+using header_list = std::vector<std::pair<std::string, std::string>>;
+std::optional<std::string_view> find_header(const header_list& h, std::string_view lower_name) noexcept;
+
+/// An HTTP-date (IMF-fixdate "Wed, 21 Oct 2026 07:28:00 GMT", also RFC 850 and asctime forms)
+/// as epoch ms; nullopt if it is not one.
+std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept;
+
+/// The retry hint of a response in ms: the largest of `retry-after-ms` (ms), `retry-after`
+/// (seconds, or an HTTP-date minus now), `x-ratelimit-reset-ms` (> 1e12: epoch ms minus now,
+/// else ms) and `x-ratelimit-reset` (> 1e9: epoch seconds minus now, else seconds). Values that
+/// are not positive are ignored; fractions round up to whole ms. nullopt without a usable one.
+std::optional<std::int64_t> retry_hint_from_headers(const header_list& h, std::int64_t now_ms) noexcept;
+
+/// Appends " retry-after-ms=<N>" unless `text` already has "retry-after-ms=" (any case).
+void append_retry_hint(std::string& text, std::optional<std::int64_t> hint_ms);
+
+/// `x-should-retry: true|false` when present.
+std::optional<bool> should_retry_header(const header_list& h) noexcept;
+
+/// What a failed response body says.
+struct error_details {
+    std::string text;  ///< "<status> <message from the body>" or "<status> status code (no body)"
+    std::string type;  ///< the provider's error type (or code) when the body names one
+};
+
+/// The error text of a non-2xx response (design.md "Error text"). The message is the body's
+/// `error.message` (OpenAI and Anthropic), else `message`, else a string `error`; a JSON body
+/// without any of them is shown compactly; a non-JSON body as text (trimmed, at most 1000
+/// bytes); an empty body gives "<status> status code (no body)".
+error_details http_error_text(int status, std::string_view body);
+
+/// Decodes one streamed reply into an assistant message. Feed it the SSE events in order;
+/// it fills `out` (content, usage, stop reason, error) and reports progress to `observer`.
+class stream_decoder {
+public:
+    enum class state { streaming, done, error };
+
+    virtual ~stream_decoder() = default;
+    static std::unique_ptr<stream_decoder> make(api_kind k);
+
+    /// One SSE event. After state() leaves `streaming` further events are ignored.
+    virtual void on_event(const sse_event& ev, message& out, stream_observer& observer) = 0;
+    /// The HTTP body ended cleanly (no more events). A stream that did not finish becomes an
+    /// error ("… ended without …", retryable).
+    virtual void on_end(message& out) = 0;
+
+    state status() const noexcept { return state_; }
+
+protected:
+    void fail(message& out, std::string text, std::string type = {});
+    void finish_text_and_tools(message& out);
+
+    state state_ = state::streaming;
+    // tool calls in progress: content index → raw JSON arguments
+    std::map<std::size_t, std::string> tool_args_;
+};
+
+}  // namespace coagent::http_protocol
