@@ -3,6 +3,7 @@
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/modes/app.hpp>
+#include <coagent/modes/rpc_mode.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -107,9 +108,7 @@ int main(int argc, char** argv) {
         switch (o.mode) {
             case coagent::app_mode::print:
             case coagent::app_mode::json: return coagent::run_print_mode(ctx);
-            case coagent::app_mode::rpc:
-                std::cerr << "coagent: --mode rpc is not available in this build yet\n";
-                return 2;
+            case coagent::app_mode::rpc: return coagent::run_rpc_mode(ctx);
             case coagent::app_mode::interactive:
                 if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {
                     std::cerr << "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc "

@@ -1,0 +1,509 @@
+#include <coagent/modes/rpc_mode.hpp>
+#include <coagent/modes/rpc_protocol.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <spdlog/logger.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <unistd.h>
+#include <csignal>
+#include <cstring>
+#include <system_error>
+
+namespace coagent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+streaming_behavior to_behavior(rpc::delivery d) noexcept {
+    switch (d) {
+        case rpc::delivery::steer:
+            return streaming_behavior::steer;
+        case rpc::delivery::follow_up:
+            return streaming_behavior::follow_up;
+        case rpc::delivery::none:
+            break;
+    }
+    return streaming_behavior::none;
+}
+
+std::string trimmed(std::string_view s) {
+    const auto blank = [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    };
+    while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+    while (!s.empty() && blank(s.back())) s.remove_suffix(1);
+    return std::string(s);
+}
+
+bool blank_line(std::string_view s) noexcept {
+    for (char c : s)
+        if (c != ' ' && c != '\t') return false;
+    return true;
+}
+
+class rpc_server {
+  public:
+    explicit rpc_server(app_context& app)
+        : app_(app),
+          io_(app.io()),
+          in_(io_),
+          out_(io_),
+          signals_(io_, SIGINT, SIGTERM),
+          log_(std::make_shared<spdlog::logger>(
+              "coagent-rpc", std::make_shared<spdlog::sinks::stderr_sink_mt>())) {}
+
+    rpc_server(const rpc_server&) = delete;
+    rpc_server& operator=(const rpc_server&) = delete;
+
+    int run() {
+        std::shared_ptr<agent_session> s = app_.make_session(true);  // config_error → exit 2
+        attach(std::move(s));
+
+        const int out_fd = ::dup(STDOUT_FILENO);
+        if (out_fd < 0) throw std::system_error(errno, std::generic_category(), "rpc mode: stdout");
+        out_.assign(out_fd);
+        json::object ready;
+        ready["type"] = "ready";
+        write_line(rpc::to_line(ready));
+
+        arm_signals();
+        const int in_fd = ::dup(STDIN_FILENO);
+        if (in_fd < 0) {
+            log_->warn("rpc mode: no stdin ({}); shutting down", std::strerror(errno));
+            begin_shutdown(0);
+        } else {
+            in_.assign(in_fd);
+            asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
+                if (e) log_exception("stdin reader", e);
+                begin_shutdown(exit_code_);
+            });
+        }
+        io_.run();
+        sub_.reset();
+        return exit_code_;
+    }
+
+  private:
+    // ---- session ------------------------------------------------------------------------
+
+    void attach(std::shared_ptr<agent_session> s) {
+        sub_.reset();
+        session_ = std::move(s);
+        sub_ =
+            session_->subscribe([this](const event& e) { write_line(rpc::to_line(to_json(e))); });
+    }
+
+    /// Busy for a prompt: streaming, in a retry backoff, or a prompt accepted that has not
+    /// started yet (so two prompts in one read are not both accepted).
+    bool busy() const noexcept { return session_->is_busy() || launching_ > 0; }
+
+    void launch_prompt(std::string text, streaming_behavior b) {
+        ++launching_;
+        ++tasks_;
+        asio::co_spawn(io_, run_prompt(session_, std::move(text), b), [this](std::exception_ptr e) {
+            --tasks_;
+            if (e) log_exception("prompt", e);
+            maybe_finish();
+        });
+    }
+
+    asio::awaitable<void> run_prompt(std::shared_ptr<agent_session> s, std::string text,
+                                     streaming_behavior b) {
+        --launching_;
+        if (shutting_down_) co_return;
+        // no suspension between the decrement and prompt() marking the session busy
+        prompt_result r = co_await s->prompt(std::move(text), b);
+        if (r.outcome == prompt_result::status::refused)
+            log_->warn("rpc mode: an accepted prompt was refused by the session: {}", r.error);
+    }
+
+    void log_exception(const char* what, const std::exception_ptr& e) {
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            log_->error("rpc mode: {} failed: {}", what, x.what());
+        } catch (...) {
+            log_->error("rpc mode: {} failed with a non-standard exception", what);
+        }
+    }
+
+    // ---- input --------------------------------------------------------------------------
+
+    asio::awaitable<void> read_loop() {
+        std::vector<char> buf(64 * 1024);
+        std::vector<rpc::line_reader::item> items;
+        for (;;) {
+            auto [ec, n] = co_await in_.async_read_some(asio::buffer(buf),
+                                                        asio::as_tuple(asio::use_awaitable));
+            if (shutting_down_) co_return;  // a signal: the rest of the input is ignored
+            items.clear();
+            if (n > 0) reader_.feed(std::string_view(buf.data(), n), items);
+            for (auto& it : items) handle_item(it);
+            if (ec) {
+                if (ec == asio::error::eof) {
+                    if (auto last = reader_.finish()) handle_item(*last);
+                } else if (ec != asio::error::operation_aborted) {
+                    log_->error("rpc mode: reading stdin failed: {}", ec.message());
+                }
+                begin_shutdown(0);
+                co_return;
+            }
+        }
+    }
+
+    void handle_item(const rpc::line_reader::item& it) {
+        if (it.type == rpc::line_reader::item::kind::too_long) {
+            respond(rpc::error_response(rpc::too_long_error(it.size, reader_.max_line_bytes())));
+            return;
+        }
+        if (blank_line(it.text)) return;  // not a command: no response
+        auto parsed = rpc::parse_command(it.text);
+        if (auto* err = std::get_if<rpc::command_error>(&parsed)) {
+            respond(rpc::error_response(*err));
+            return;
+        }
+        handle_command(std::get<rpc::command>(parsed));
+    }
+
+    void respond(const json::object& response) { write_line(rpc::to_line(response)); }
+
+    void ok(const rpc::command& c, std::optional<json::value> data = std::nullopt) {
+        respond(rpc::success_response(c.id, rpc::to_string(c.kind), std::move(data)));
+    }
+    void fail(const rpc::command& c, std::string_view error) {
+        respond(rpc::error_response(c.id, rpc::to_string(c.kind), error));
+    }
+
+    void handle_command(rpc::command& c) {
+        using k = rpc::command_kind;
+        if (shutting_down_) {
+            fail(c, "coagent is shutting down");
+            return;
+        }
+        try {
+            switch (c.kind) {
+                case k::prompt: {
+                    const auto b = to_behavior(c.behavior);
+                    if (busy() && b == streaming_behavior::none) {
+                        fail(c, busy_refusal);
+                        return;
+                    }
+                    ok(c);  // the response goes out before the prompt's first event
+                    launch_prompt(std::move(c.message), b);
+                    return;
+                }
+                case k::steer:
+                case k::follow_up:
+                    ok(c);
+                    launch_prompt(std::move(c.message), c.kind == k::steer
+                                                            ? streaming_behavior::steer
+                                                            : streaming_behavior::follow_up);
+                    return;
+                case k::abort:
+                    session_->abort();
+                    ok(c);
+                    return;
+                case k::abort_retry:
+                    session_->abort_retry();
+                    ok(c);
+                    return;
+                case k::set_auto_retry:
+                    session_->set_auto_retry_enabled(c.enabled);
+                    persist(c, "retry.enabled");
+                    return;
+                case k::set_auto_compaction:
+                    session_->set_auto_compaction_enabled(c.enabled);
+                    persist(c, "compaction.enabled");
+                    return;
+                case k::compact:
+                    fail(c, "compact is not supported yet");
+                    return;
+                case k::get_state:
+                    ok(c, state());
+                    return;
+                case k::get_messages: {
+                    json::array ms;
+                    for (const auto& m : session_->messages()) ms.push_back(to_json(*m));
+                    json::object d;
+                    d["messages"] = std::move(ms);
+                    ok(c, std::move(d));
+                    return;
+                }
+                case k::get_last_assistant_text: {
+                    json::object d;
+                    d["text"] = last_assistant_text();
+                    ok(c, std::move(d));
+                    return;
+                }
+                case k::new_session:
+                    new_session(c);
+                    return;
+                case k::set_model: {
+                    const model_info m = session_->model();
+                    if (c.provider != m.provider || c.model_id != m.id) {
+                        fail(c, "Model not found: " + c.provider + "/" + c.model_id);
+                        return;
+                    }
+                    ok(c, to_json(m));
+                    return;
+                }
+                case k::get_available_models: {
+                    json::array models;
+                    models.push_back(to_json(session_->model()));
+                    json::object d;
+                    d["models"] = std::move(models);
+                    ok(c, std::move(d));
+                    return;
+                }
+                case k::get_session_stats:
+                    ok(c, stats());
+                    return;
+                case k::set_session_name: {
+                    std::string name = trimmed(c.name);
+                    if (name.empty()) {
+                        fail(c, "Session name cannot be empty");
+                        return;
+                    }
+                    session_name_ = std::move(name);
+                    ok(c);
+                    return;
+                }
+            }
+            fail(c, "Unknown command: " + std::string(rpc::to_string(c.kind)));
+        } catch (const std::exception& e) {
+            // a bug or an unexpected failure: still exactly one response
+            log_->error("rpc mode: {} failed: {}", rpc::to_string(c.kind), e.what());
+            fail(c, e.what());
+        }
+    }
+
+    void persist(const rpc::command& c, std::string_view key) {
+        auto& store = app_.settings_layers();
+        try {
+            store.set_override(key, json::value(c.enabled));  // for the next new_session too
+            store.persist_global(key, json::value(c.enabled));
+        } catch (const settings_error& e) {
+            fail(c,
+                 std::string(key) + " is now " + (c.enabled ? "true" : "false") +
+                     " for this session, but saving it to the global settings failed: " + e.what());
+            return;
+        }
+        ok(c);
+    }
+
+    void new_session(const rpc::command& c) {
+        if (busy()) {
+            fail(c,
+                 "Cannot start a new session while a prompt is running or waiting to retry: send "
+                 "abort first, or wait for agent_settled");
+            return;
+        }
+        std::shared_ptr<agent_session> fresh;
+        try {
+            fresh = app_.make_session(false);
+        } catch (const std::exception& e) {
+            fail(c, e.what());
+            return;
+        }
+        attach(std::move(fresh));  // tasks still finishing keep the old session alive
+        session_name_.reset();
+        json::object d;
+        d["cancelled"] = false;
+        ok(c, std::move(d));
+    }
+
+    json::object state() const {
+        const auto& s = *session_;
+        json::object d;
+        d["model"] = to_json(s.model());
+        d["isStreaming"] = s.is_streaming();
+        d["isCompacting"] = s.is_compacting();
+        d["isRetrying"] = s.is_retrying();
+        d["retryAttempt"] = s.retry_attempt();
+        d["autoRetryEnabled"] = s.auto_retry_enabled();
+        d["autoCompactionEnabled"] = s.config().compaction.enabled;
+        d["sessionId"] = s.session_id();
+        if (const auto& f = s.history().file()) d["sessionFile"] = f->string();
+        if (session_name_) d["sessionName"] = *session_name_;
+        d["messageCount"] = s.messages().size();
+        d["pendingMessageCount"] = s.pending_message_count();
+        d["steeringMode"] = "all";  // every queued steering message joins the next request
+        d["followUpMode"] = "one-at-a-time";
+        return d;
+    }
+
+    json::value last_assistant_text() const {
+        const auto& ms = session_->messages();
+        for (auto it = ms.rbegin(); it != ms.rend(); ++it) {
+            const message& m = **it;
+            if (m.role != message_role::assistant) continue;
+            if (m.stop == stop_reason::aborted && m.content.empty()) continue;
+            std::string t = trimmed(text_of(m));
+            if (t.empty()) return nullptr;
+            return json::value(std::move(t));
+        }
+        return nullptr;
+    }
+
+    json::object stats() const {
+        const auto& s = *session_;
+        std::int64_t users = 0, assistants = 0, tool_calls = 0, tool_results = 0, total = 0;
+        token_usage sum;
+        double cost = 0;
+        for (const auto& m : s.history().messages()) {
+            ++total;
+            switch (m->role) {
+                case message_role::user:
+                    ++users;
+                    break;
+                case message_role::assistant:
+                    ++assistants;
+                    tool_calls += static_cast<std::int64_t>(tool_calls_of(*m).size());
+                    sum.input += m->usage.input;
+                    sum.output += m->usage.output;
+                    sum.cache_read += m->usage.cache_read;
+                    sum.cache_write += m->usage.cache_write;
+                    cost += m->usage.cost.total;
+                    break;
+                case message_role::tool_result:
+                    ++tool_results;
+                    break;
+            }
+        }
+        json::object d;
+        if (const auto& f = s.history().file()) d["sessionFile"] = f->string();
+        d["sessionId"] = s.session_id();
+        d["userMessages"] = users;
+        d["assistantMessages"] = assistants;
+        d["toolCalls"] = tool_calls;
+        d["toolResults"] = tool_results;
+        d["totalMessages"] = total;
+        json::object tokens;
+        tokens["input"] = sum.input;
+        tokens["output"] = sum.output;
+        tokens["cacheRead"] = sum.cache_read;
+        tokens["cacheWrite"] = sum.cache_write;
+        tokens["total"] = sum.input + sum.output + sum.cache_read + sum.cache_write;
+        d["tokens"] = std::move(tokens);
+        d["cost"] = cost;
+        return d;
+    }
+
+    // ---- output -------------------------------------------------------------------------
+
+    void write_line(std::string line) {
+        if (out_broken_) return;
+        if (out_pending_.empty())
+            out_pending_ = std::move(line);
+        else
+            out_pending_ += line;
+        if (!writing_) start_write();
+    }
+
+    void start_write() {
+        writing_ = true;
+        out_writing_.swap(out_pending_);
+        out_pending_.clear();
+        asio::async_write(
+            out_, asio::buffer(out_writing_), [this](boost::system::error_code ec, std::size_t) {
+                writing_ = false;
+                out_writing_.clear();
+                if (ec) {
+                    log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
+                    out_broken_ = true;
+                    out_pending_.clear();
+                    begin_shutdown(0);
+                    maybe_finish();
+                    return;
+                }
+                if (!out_pending_.empty())
+                    start_write();
+                else
+                    maybe_finish();
+            });
+    }
+
+    // ---- shutdown -----------------------------------------------------------------------
+
+    void arm_signals() {
+        signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+            if (ec) return;
+            const int code = sig == SIGINT ? 130 : 143;
+            if (shutting_down_) {  // a second signal: stop now
+                log_->warn("rpc mode: second signal, exiting without waiting");
+                exit_code_ = code;
+                io_.stop();
+                return;
+            }
+            begin_shutdown(code);
+            arm_signals();
+        });
+    }
+
+    /// stdin EOF or a signal: cancel a pending retry, abort the stream, let the prompt end
+    /// (its last events are written), flush stdout, stop.
+    void begin_shutdown(int code) {
+        if (shutting_down_) return;
+        shutting_down_ = true;
+        exit_code_ = code;
+        boost::system::error_code ignored;
+        in_.close(ignored);
+        if (session_) {
+            session_->abort_retry();
+            session_->abort();
+        }
+        maybe_finish();
+    }
+
+    void maybe_finish() {
+        if (!shutting_down_ || finished_ || tasks_ > 0 || writing_ || !out_pending_.empty()) return;
+        finished_ = true;
+        signals_.cancel();
+        io_.stop();
+    }
+
+    static constexpr const char* busy_refusal =
+        "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
+        "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
+        "current prompt), or wait for agent_settled.";
+
+    app_context& app_;
+    asio::io_context& io_;
+    std::shared_ptr<agent_session> session_;
+    subscription sub_;
+    asio::posix::stream_descriptor in_;
+    asio::posix::stream_descriptor out_;
+    asio::signal_set signals_;
+    std::shared_ptr<spdlog::logger> log_;
+    rpc::line_reader reader_;
+
+    std::string out_pending_;
+    std::string out_writing_;
+    bool writing_ = false;
+    bool out_broken_ = false;
+
+    int launching_ = 0;  // prompts accepted whose coroutine has not started yet
+    int tasks_ = 0;      // prompt coroutines not finished
+    bool shutting_down_ = false;
+    bool finished_ = false;
+    int exit_code_ = 0;
+    std::optional<std::string> session_name_;
+};
+
+}  // namespace
+
+int run_rpc_mode(app_context& app) {
+    std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is a write error, not a kill
+    rpc_server server(app);
+    return server.run();
+}
+
+}  // namespace coagent
