@@ -1,0 +1,921 @@
+// RPC mode (issue 3): the sans-io protocol (framing, UTF-8, command parsing, envelope), then
+// `coagent --mode rpc` as a real child process over pipes (every command, every bad input,
+// retry over RPC, EOF and signals), then coagent::rpc_client against the real binary and
+// against scripted misbehaving children.
+
+#include "rpc/rpc_harness.hpp"
+
+#include <coagent/modes/rpc_client.hpp>
+#include <coagent/modes/rpc_protocol.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <csignal>
+#include <set>
+
+using namespace coagent;
+using namespace coagent::test;
+using strings = std::vector<std::string>;
+using item = rpc::line_reader::item;
+
+namespace {
+
+const char* two_errors_then_ok =
+    R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":2},{"text":"Hello there"}])";
+const char* slow_reply =
+    R"([{"text":"slow reply","delayMs":60000},{"text":"second"},{"text":"third"}])";
+
+strings lines_of(rpc::line_reader& r, std::initializer_list<std::string_view> chunks) {
+    std::vector<item> items;
+    for (auto c : chunks) r.feed(c, items);
+    strings out;
+    for (auto& i : items)
+        out.push_back(i.type == item::kind::line ? i.text
+                                                 : "<too_long:" + std::to_string(i.size) + ">");
+    return out;
+}
+
+rpc::command parsed(std::string_view line) {
+    auto r = rpc::parse_command(line);
+    if (auto* e = std::get_if<rpc::command_error>(&r)) FAIL("unexpected error: " << e->error);
+    return std::get<rpc::command>(r);
+}
+
+rpc::command_error parse_error(std::string_view line) {
+    auto r = rpc::parse_command(line);
+    REQUIRE(std::holds_alternative<rpc::command_error>(r));
+    return std::get<rpc::command_error>(r);
+}
+
+std::set<std::string> keys(const json::object& o) {
+    std::set<std::string> k;
+    for (const auto& kv : o) k.insert(std::string(kv.key()));
+    return k;
+}
+
+std::vector<std::string> fa(std::initializer_list<std::string> extra, const char* script) {
+    std::vector<std::string> a{"--no-session", "--faux-script", script};
+    a.insert(a.end(), extra);
+    return a;
+}
+
+json::object err_of(const json::object& response) {
+    CHECK(response.at("success") == false);
+    return response;
+}
+
+}  // namespace
+
+// =========================================================================================
+// sans-io: line_reader, UTF-8, parse_command, responses
+// =========================================================================================
+
+TEST_CASE("line_reader: LF-only framing, one trailing CR dropped, U+2028/U+2029 are data",
+          "[rpc][protocol]") {
+    rpc::line_reader r;
+    CHECK(lines_of(r, {"a\nb", "c\r\n", "\r\r\n", "\n"}) == strings{"a", "bc", "\r", ""});
+    CHECK(lines_of(r, {"x\xE2\x80\xA8y\xE2\x80", "\xA9z\n"}) ==
+          strings{"x\xE2\x80\xA8y\xE2\x80\xA9z"});
+    CHECK(lines_of(r, {"cr\rinside\n"}) == strings{"cr\rinside"});
+    CHECK(lines_of(r, {"last"}).empty());
+    auto last = r.finish();
+    REQUIRE(last);
+    CHECK(last->text == "last");
+    CHECK_FALSE(r.finish());
+}
+
+TEST_CASE("line_reader: a line over the limit is skipped without being buffered",
+          "[rpc][protocol]") {
+    rpc::line_reader r(10);
+    CHECK(lines_of(r, {"0123456789\n"}) == strings{"0123456789"});  // exactly the limit
+    CHECK(lines_of(r, {"0123456789A\nok\n"}) == strings{"<too_long:11>", "ok"});
+    std::vector<item> items;
+    r.feed("01234567", items);
+    r.feed("89abcdef", items);
+    CHECK(r.buffered() == 0);  // dropped as soon as it passed the limit
+    for (int i = 0; i < 1000; ++i) r.feed("xxxxxxxxxxxxxxxxxxxx", items);
+    CHECK(r.buffered() == 0);
+    CHECK(items.empty());
+    r.feed("yy\nnext\n", items);
+    REQUIRE(items.size() == 2);
+    CHECK(items[0].type == item::kind::too_long);
+    CHECK(items[0].size == 16 + 20000 + 2);
+    CHECK(items[1].text == "next");
+    rpc::line_reader r2(4);
+    std::vector<item> i2;
+    r2.feed("abcdefgh", i2);
+    auto tail = r2.finish();
+    REQUIRE(tail);
+    CHECK(tail->type == item::kind::too_long);
+    CHECK(tail->size == 8);
+    CHECK(rpc::line_reader().max_line_bytes() == 16u * 1024 * 1024);
+}
+
+TEST_CASE("find_invalid_utf8", "[rpc][protocol]") {
+    CHECK_FALSE(rpc::find_invalid_utf8("plain ascii"));
+    CHECK_FALSE(rpc::find_invalid_utf8("\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE2\x80\xA8"));
+    CHECK_FALSE(rpc::find_invalid_utf8("\xF4\x8F\xBF\xBF"));  // U+10FFFF
+    CHECK(rpc::find_invalid_utf8("ab\xFF") == 2u);
+    CHECK(rpc::find_invalid_utf8("\xC0\x80") == 0u);          // overlong NUL
+    CHECK(rpc::find_invalid_utf8("\xE0\x80\x80") == 0u);      // overlong
+    CHECK(rpc::find_invalid_utf8("a\xED\xA0\x80") == 1u);     // surrogate U+D800
+    CHECK(rpc::find_invalid_utf8("\xF4\x90\x80\x80") == 0u);  // above U+10FFFF
+    CHECK(rpc::find_invalid_utf8("abc\xE2\x82") == 3u);       // truncated
+    CHECK(rpc::find_invalid_utf8("\xE2\x28\xA1") == 0u);      // bad continuation
+    CHECK(rpc::find_invalid_utf8("\x80") == 0u);              // lone continuation
+}
+
+TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
+    auto p = parsed(R"({"id":"p1","type":"prompt","message":"hi","streamingBehavior":"followUp"})");
+    CHECK(p.kind == rpc::command_kind::prompt);
+    CHECK(p.id == json::value("p1"));
+    CHECK(p.message == "hi");
+    CHECK(p.behavior == rpc::delivery::follow_up);
+    CHECK(parsed(R"({"type":"prompt","message":"x","streamingBehavior":"steer"})").behavior ==
+          rpc::delivery::steer);
+    CHECK(parsed(R"({"type":"prompt","message":"x","images":[]})").behavior == rpc::delivery::none);
+    CHECK_FALSE(parsed(R"({"type":"prompt","message":""})").id);
+    CHECK(parsed(R"({"id":7,"type":"abort"})").id == json::value(7));
+    CHECK(parsed(R"({"type":"steer","message":"s"})").message == "s");
+    CHECK(parsed(R"({"type":"follow_up","message":"f"})").kind == rpc::command_kind::follow_up);
+    CHECK(parsed(R"({"type":"set_auto_retry","enabled":false})").enabled == false);
+    CHECK(parsed(R"({"type":"set_auto_compaction","enabled":true})").enabled == true);
+    CHECK(parsed(R"({"type":"compact","customInstructions":"short"})").custom_instructions ==
+          "short");
+    auto m = parsed(R"({"type":"set_model","provider":"faux","modelId":"faux"})");
+    CHECK((m.provider == "faux" && m.model_id == "faux"));
+    CHECK(parsed(R"({"type":"set_session_name","name":" n "})").name == " n ");
+    CHECK(parsed(R"({"type":"new_session","parentSession":"/x.jsonl"})").parent_session ==
+          "/x.jsonl");
+    for (auto t : {"abort", "abort_retry", "get_state", "get_messages", "get_last_assistant_text",
+                   "get_available_models", "get_session_stats", "new_session", "compact"}) {
+        auto c = parsed(std::string(R"({"type":")") + t + R"(","extra":1})");
+        CHECK(rpc::to_string(c.kind) == t);
+    }
+}
+
+TEST_CASE("parse_command: bad input gives errors that name the problem, id echoed when readable",
+          "[rpc][protocol]") {
+    auto e = parse_error("this is not json");
+    CHECK(e.command == "parse");
+    CHECK_FALSE(e.id);
+    CHECK(e.error.starts_with("Failed to parse command: "));
+
+    e = parse_error("[1,2,3]");
+    CHECK(e.command == "parse");
+    CHECK(e.error == "Failed to parse command: expected a JSON object, found array");
+    CHECK(parse_error("42").error ==
+          "Failed to parse command: expected a JSON object, found number");
+
+    e = parse_error(R"({"id":"n1"})");
+    CHECK(e.id == json::value("n1"));
+    CHECK(e.command == "parse");
+    CHECK(e.error == R"(Missing field "type" (a string naming the command))");
+
+    e = parse_error(R"({"id":"t1","type":3})");
+    CHECK(e.id == json::value("t1"));
+    CHECK(e.error == R"(Field "type" must be a string, found number 3)");
+
+    e = parse_error(R"({"id":"u1","type":"no_such_command"})");
+    CHECK(e.id == json::value("u1"));
+    CHECK(e.command == "no_such_command");
+    CHECK(e.error == "Unknown command: no_such_command");
+
+    e = parse_error(R"({"id":"e1","type":"prompt"})");
+    CHECK(e.id == json::value("e1"));
+    CHECK(e.command == "prompt");
+    CHECK(e.error == R"(Missing field "message" (a string))");
+    CHECK(parse_error(R"({"type":"prompt","message":5})").error ==
+          R"(Field "message" must be a string, found number 5)");
+    CHECK(parse_error(R"({"type":"set_auto_retry","enabled":"yes"})").error ==
+          R"(Field "enabled" must be a boolean, found string "yes")");
+    CHECK(parse_error(R"({"type":"set_auto_retry"})").error ==
+          R"(Missing field "enabled" (a boolean))");
+    CHECK(parse_error(R"({"type":"prompt","message":"x","streamingBehavior":"later"})").error ==
+          R"(Field "streamingBehavior" must be "steer" or "followUp", found "later")");
+    CHECK(parse_error(R"({"type":"set_model","provider":"faux"})").error ==
+          R"(Missing field "modelId" (a string))");
+    CHECK(parse_error(R"({"type":"prompt","message":"x","images":[{"type":"image"}]})").error ==
+          R"(Field "images": images are not supported yet)");
+
+    e = parse_error("{\"id\":\"b1\",\"type\":\"prompt\",\"message\":\"\xFF\"}");
+    CHECK(e.id == json::value("b1"));  // salvaged
+    CHECK(e.command == "parse");
+    CHECK(e.error == "Failed to parse command: invalid UTF-8 at byte 38");
+
+    // nesting far beyond the parser's depth limit: an error, no stack overflow
+    std::string deep(100000, '[');
+    CHECK(parse_error(deep).command == "parse");
+    std::string long_value =
+        R"({"type":"set_auto_retry","enabled":")" + std::string(500, 'x') + "\"}";
+    CHECK(parse_error(long_value).error.size() < 200);  // shown values are cut
+}
+
+TEST_CASE("responses: envelope fields and order", "[rpc][protocol]") {
+    CHECK(rpc::to_line(rpc::success_response(json::value("a"), "get_state")) ==
+          "{\"id\":\"a\",\"type\":\"response\",\"command\":\"get_state\",\"success\":true}\n");
+    CHECK(rpc::to_line(rpc::success_response(std::nullopt, "new_session",
+                                             json::value(json::object{{"cancelled", false}}))) ==
+          "{\"type\":\"response\",\"command\":\"new_session\",\"success\":true,\"data\":{"
+          "\"cancelled\":false}}\n");
+    CHECK(rpc::to_line(
+              rpc::error_response(json::value(3), "compact", "compact is not supported yet")) ==
+          "{\"id\":3,\"type\":\"response\",\"command\":\"compact\",\"success\":false,\"error\":"
+          "\"compact is not supported yet\"}\n");
+    CHECK(
+        rpc::too_long_error(20, 10).error ==
+        "Failed to parse command: line of 20 bytes exceeds the limit of 10 bytes; it was skipped");
+}
+
+// =========================================================================================
+// coagent --mode rpc as a child process
+// =========================================================================================
+
+TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to agent_settled",
+          "[rpc][process]") {
+    rpc_env env;
+    rpc_process p(env, {"--session-dir", (env.dir.path / "s").string()});
+    CHECK(p.next() == obj(R"({"type":"ready"})"));
+
+    auto st = p.call("s0", "get_state");
+    CHECK(st.at("success") == true);
+    CHECK(st.at("command") == "get_state");
+    const auto& d = st.at("data").as_object();
+    CHECK(keys(d) == std::set<std::string>{
+                         "model", "isStreaming", "isCompacting", "isRetrying", "retryAttempt",
+                         "autoRetryEnabled", "autoCompactionEnabled", "sessionId", "sessionFile",
+                         "messageCount", "pendingMessageCount", "steeringMode", "followUpMode"});
+    CHECK(d.at("model").at("provider") == "faux");
+    CHECK(d.at("model").at("id") == "faux");
+    CHECK(d.at("model").at("contextWindow") == 128000);
+    CHECK(d.at("isStreaming") == false);
+    CHECK(d.at("isRetrying") == false);
+    CHECK(d.at("retryAttempt") == 0);
+    CHECK(d.at("autoRetryEnabled") == true);
+    CHECK(d.at("autoCompactionEnabled") == true);
+    CHECK(d.at("messageCount") == 0);
+    CHECK(d.at("pendingMessageCount") == 0);
+    CHECK(d.at("steeringMode") == "all");
+    CHECK(d.at("followUpMode") == "one-at-a-time");
+    const std::string session_file(d.at("sessionFile").as_string());
+    CHECK(session_file.starts_with((env.dir.path / "s").string()));
+
+    CHECK(p.call("l0", "get_last_assistant_text").at("data") == obj(R"({"text":null})"));
+
+    const auto start = p.position();
+    json::object prompt;
+    prompt["id"] = "p1";
+    prompt["type"] = "prompt";
+    prompt["message"] = "Say hello";
+    p.send(prompt);
+    CHECK(p.next() ==
+          obj(R"({"id":"p1","type":"response","command":"prompt","success":true})"));  // before any
+                                                                                       // event
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(start)) == strings{"agent_start", "turn_start", "message_start:user",
+                                           "message_end:user", "message_start:assistant",
+                                           "message_end:assistant:stop", "turn_end",
+                                           "agent_end{final}", "agent_settled"});
+
+    auto msgs = p.call("m1", "get_messages").at("data").at("messages").as_array();
+    REQUIRE(msgs.size() == 2);
+    CHECK(msgs[0].at("role") == "user");
+    CHECK(msgs[0].at("content").at(0).at("text") == "Say hello");
+    CHECK(msgs[1].at("role") == "assistant");
+    CHECK(msgs[1].at("stopReason") == "stop");
+    CHECK(p.call("l1", "get_last_assistant_text").at("data") ==
+          obj(R"({"text":"Hello from the faux provider."})"));
+    CHECK(p.call("s1", "get_state").at("data").at("messageCount") == 2);
+
+    auto stats = p.call("t1", "get_session_stats").at("data").as_object();
+    CHECK(keys(stats) == std::set<std::string>{"sessionFile", "sessionId", "userMessages",
+                                               "assistantMessages", "toolCalls", "toolResults",
+                                               "totalMessages", "tokens", "cost"});
+    CHECK(stats.at("userMessages") == 1);
+    CHECK(stats.at("assistantMessages") == 1);
+    CHECK(stats.at("toolCalls") == 0);
+    CHECK(stats.at("toolResults") == 0);
+    CHECK(stats.at("totalMessages") == 2);
+    CHECK(keys(stats.at("tokens").as_object()) ==
+          std::set<std::string>{"input", "output", "cacheRead", "cacheWrite", "total"});
+    CHECK(stats.at("sessionId") == d.at("sessionId"));
+
+    p.close_stdin();
+    CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+    // the session file has the header, the user message and the reply
+    const std::string file = read_file(session_file);
+    CHECK(file.find("Say hello") != std::string::npos);
+    CHECK(file.find("Hello from the faux provider.") != std::string::npos);
+}
+
+TEST_CASE("rpc mode: every bad input is answered and the process goes on", "[rpc][process]") {
+    rpc_env env;
+    rpc_process p(env, {"--no-session"});
+    p.next();  // ready
+
+    p.send("this is not json");
+    auto r = err_of(p.next());
+    CHECK(r.at("command") == "parse");
+    CHECK_FALSE(r.contains("id"));
+    CHECK(std::string(r.at("error").as_string()).starts_with("Failed to parse command:"));
+
+    p.send("[1,2,3]");
+    CHECK(
+        p.next() ==
+        obj(R"({"type":"response","command":"parse","success":false,"error":"Failed to parse command: expected a JSON object, found array"})"));
+    p.send(R"("just a string")");
+    CHECK(err_of(p.next()).at("command") == "parse");
+    p.send(R"({"id":"n1"})");
+    CHECK(
+        p.next() ==
+        obj(R"j({"id":"n1","type":"response","command":"parse","success":false,"error":"Missing field \"type\" (a string naming the command)"})j"));
+    p.send(R"({"id":"t1","type":["prompt"]})");
+    CHECK(err_of(p.next()).at("id") == "t1");
+    p.send(R"({"id":"u1","type":"no_such_command"})");
+    CHECK(
+        p.next() ==
+        obj(R"({"id":"u1","type":"response","command":"no_such_command","success":false,"error":"Unknown command: no_such_command"})"));
+    p.send(R"({"id":"e1","type":"prompt"})");
+    CHECK(
+        p.next() ==
+        obj(R"j({"id":"e1","type":"response","command":"prompt","success":false,"error":"Missing field \"message\" (a string)"})j"));
+    p.send(R"({"id":"e2","type":"set_auto_retry","enabled":"yes"})");
+    CHECK(
+        p.next() ==
+        obj(R"({"id":"e2","type":"response","command":"set_auto_retry","success":false,"error":"Field \"enabled\" must be a boolean, found string \"yes\""})"));
+    p.send(R"({"id":"e3","type":"prompt","message":"x","streamingBehavior":1})");
+    CHECK(err_of(p.next()).at("id") == "e3");
+    p.send("{\"id\":\"b1\",\"type\":\"prompt\",\"message\":\"\xC3\x28\"}");
+    CHECK(
+        p.next() ==
+        obj(R"({"id":"b1","type":"response","command":"parse","success":false,"error":"Failed to parse command: invalid UTF-8 at byte 38"})"));
+    p.send("\xFF\xFE");
+    CHECK(err_of(p.next()).at("error") == "Failed to parse command: invalid UTF-8 at byte 0");
+    p.send(R"({"id":7,"type":"get_state"})");  // numeric ids are echoed as they are
+    CHECK(p.next().at("id") == 7);
+
+    // nothing was run by any of them, and the process still answers
+    auto st = p.call("s", "get_state");
+    CHECK(st.at("success") == true);
+    CHECK(st.at("data").at("messageCount") == 0);
+    CHECK(env.settings() == obj(R"({"retry":{"baseDelayMs":100}})"));
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: an over-long line is skipped with an error, without buffering it",
+          "[rpc][process]") {
+    rpc_env env;
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    const std::size_t base = p.peak_rss();
+    const std::size_t limit = rpc::default_max_line_bytes;
+    std::string big =
+        R"({"id":"big","type":"prompt","message":")" + std::string(4 * limit, 'x') + "\"}\n";
+    const std::size_t size = big.size() - 1;
+    p.send_raw(std::move(big));
+    auto r = p.next();
+    CHECK(
+        r ==
+        obj(R"({"type":"response","command":"parse","success":false,"error":"Failed to parse command: line of )" +
+            std::to_string(size) + " bytes exceeds the limit of " + std::to_string(limit) +
+            R"( bytes; it was skipped"})"));
+    // 64 MiB went through; at most one limit's worth (plus slack) was ever held
+    CHECK(p.peak_rss() < base + 3 * limit);
+    CHECK(p.call("after", "get_state").at("success") == true);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: CRLF, U+2028/U+2029 inside strings, blank lines, a last line without LF",
+          "[rpc][process]") {
+    rpc_env env;
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    p.send_raw("{\"id\":\"c1\",\"type\":\"get_state\"}\r\n");
+    CHECK(p.next().at("id") == "c1");
+    p.send_raw("\n   \n\t\n");  // blank lines: no response
+    const std::string text =
+        "a\xE2\x80\xA8"
+        "b\xE2\x80\xA9"
+        "c";
+    p.send("{\"id\":\"u\",\"type\":\"prompt\",\"message\":\"" + text + "\"}");
+    CHECK(p.next().at("id") == "u");  // the next line is the response: the blank lines got none
+    auto user = p.next_of("message_end");
+    CHECK(user.at("message").at("content").at(0).at("text").as_string() == text);
+    p.next_of("agent_settled");
+    p.send_raw(R"({"id":"last","type":"get_last_assistant_text"})");  // no LF, then EOF
+    p.close_stdin();
+    CHECK(
+        p.next() ==
+        obj(R"({"id":"last","type":"response","command":"get_last_assistant_text","success":true,"data":{"text":"Hello from the faux provider."}})"));
+    CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at once, new_session",
+          "[rpc][process]") {
+    rpc_env env;
+    rpc_process p(env, fa({}, slow_reply));
+    p.next();
+    CHECK(p.call("p1", "prompt", {{"message", "first"}}).at("success") == true);
+    p.next_of("message_start");  // user
+    auto busy = p.call("p2", "prompt", {{"message", "second"}});
+    CHECK(
+        busy ==
+        obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
+    CHECK(p.call("ns", "new_session").at("success") == false);
+    CHECK(p.call("p3", "prompt", {{"message", "later"}, {"streamingBehavior", "followUp"}})
+              .at("success") == true);
+    CHECK(p.call("f1", "follow_up", {{"message", "later too"}}).at("success") == true);
+    CHECK(p.call("s1", "steer", {{"message", "steer me"}}).at("success") == true);
+    auto st = p.call("st", "get_state").at("data").as_object();
+    CHECK(st.at("isStreaming") == true);
+    CHECK(st.at("pendingMessageCount") == 3);
+    const auto from = p.position();
+    CHECK(p.call("a1", "abort").at("success") == true);  // answered while the prompt runs
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(from)) == strings{"message_start:assistant",
+                                          "message_end:assistant:aborted", "turn_end",
+                                          "agent_end{final}", "agent_settled"});
+    st = p.call("st2", "get_state").at("data").as_object();
+    CHECK(st.at("isStreaming") == false);
+    CHECK(st.at("pendingMessageCount") == 0);  // abort dropped the queued messages
+
+    const auto old_id = st.at("sessionId");
+    p.call("n1", "set_session_name", {{"name", "named"}});
+    auto ns = p.call("ns2", "new_session");
+    CHECK(
+        ns ==
+        obj(R"({"id":"ns2","type":"response","command":"new_session","success":true,"data":{"cancelled":false}})"));
+    st = p.call("st3", "get_state").at("data").as_object();
+    CHECK(st.at("sessionId") != old_id);
+    CHECK(st.at("messageCount") == 0);
+    CHECK_FALSE(st.contains("sessionName"));
+    // the new session works (the faux script goes on with its next step)
+    p.call("p4", "prompt", {{"message", "again"}});
+    p.next_of("agent_settled");
+    CHECK(p.call("l", "get_last_assistant_text").at("data").at("text") == "second");
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true})");
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    CHECK(p.call("c1", "set_auto_compaction", {{"enabled", false}}) ==
+          obj(R"({"id":"c1","type":"response","command":"set_auto_compaction","success":true})"));
+    CHECK(p.call("s", "get_state").at("data").at("autoCompactionEnabled") == false);
+    CHECK(
+        env.settings() ==
+        obj(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true,"compaction":{"enabled":false}})"));
+
+    CHECK(
+        p.call("k", "compact") ==
+        obj(R"({"id":"k","type":"response","command":"compact","success":false,"error":"compact is not supported yet"})"));
+    CHECK(p.call("k2", "compact", {{"customInstructions", 3}}).at("error") ==
+          R"(Field "customInstructions" must be a string, found number 3)");
+
+    auto model = p.call("m", "set_model", {{"provider", "faux"}, {"modelId", "faux"}});
+    CHECK(model.at("success") == true);
+    CHECK(model.at("data").at("id") == "faux");
+    CHECK(
+        p.call("m2", "set_model", {{"provider", "nope"}, {"modelId", "nope"}}) ==
+        obj(R"({"id":"m2","type":"response","command":"set_model","success":false,"error":"Model not found: nope/nope"})"));
+    CHECK(p.call("m3", "set_model", {{"provider", "faux"}}).at("error") ==
+          R"(Missing field "modelId" (a string))");
+    auto models = p.call("am", "get_available_models").at("data").at("models").as_array();
+    REQUIRE(models.size() == 1);
+    CHECK(models[0].at("provider") == "faux");
+
+    CHECK(
+        p.call("n0", "set_session_name", {{"name", "  \t "}}) ==
+        obj(R"({"id":"n0","type":"response","command":"set_session_name","success":false,"error":"Session name cannot be empty"})"));
+    CHECK(p.call("n1", "set_session_name", {{"name", " My session "}}).at("success") == true);
+    auto st = p.call("s2", "get_state").at("data").as_object();
+    CHECK(st.at("sessionName") == "My session");
+    CHECK_FALSE(st.contains("sessionFile"));  // --no-session
+
+    // a settings file that cannot be rewritten: the error says so, the file is left alone
+    write_file(env.settings_file(), "{not json");
+    auto r = p.call("r1", "set_auto_retry", {{"enabled", false}});
+    CHECK(r.at("success") == false);
+    CHECK(std::string(r.at("error").as_string())
+              .starts_with("retry.enabled is now false for this session, but saving it to the "
+                           "global settings failed: "));
+    CHECK(read_file(env.settings_file()) == "{not json");
+    CHECK(p.call("s3", "get_state").at("data").at("autoRetryEnabled") == false);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: two errors then success, exact retry events; get_state during the backoff",
+          "[rpc][process][retry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":500}})");
+    rpc_process p(env, fa({}, two_errors_then_ok));
+    p.next();
+    const auto start = p.position();
+    p.call("p", "prompt", {{"message", "hi"}});
+    auto first = p.next_of("auto_retry_start");
+    CHECK(
+        first ==
+        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":500,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    auto st = p.call("s", "get_state").at("data").as_object();  // inside the 500 ms backoff
+    CHECK(st.at("isRetrying") == true);
+    CHECK(st.at("retryAttempt") == 1);
+    CHECK(st.at("isStreaming") == false);
+    CHECK(st.at("autoRetryEnabled") == true);
+    CHECK(
+        p.next_of("auto_retry_start") ==
+        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":1000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    CHECK(p.next_of("auto_retry_end") ==
+          obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(start)) == strings{"agent_start",
+                                           "turn_start",
+                                           "message_start:user",
+                                           "message_end:user",
+                                           "message_start:assistant",
+                                           "message_end:assistant:error",
+                                           "turn_end",
+                                           "agent_end{retry}",
+                                           "auto_retry_start{1}",
+                                           "agent_start",
+                                           "turn_start",
+                                           "message_start:assistant",
+                                           "message_end:assistant:error",
+                                           "turn_end",
+                                           "agent_end{retry}",
+                                           "auto_retry_start{2}",
+                                           "agent_start",
+                                           "turn_start",
+                                           "message_start:assistant",
+                                           "message_end:assistant:stop",
+                                           "auto_retry_end{ok,2}",
+                                           "turn_end",
+                                           "agent_end{final}",
+                                           "agent_settled"});
+    st = p.call("s2", "get_state").at("data").as_object();
+    CHECK(st.at("isRetrying") == false);
+    CHECK(st.at("retryAttempt") == 0);
+    CHECK(st.at("messageCount") == 2);  // the errors left the runtime context
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: abort_retry in the backoff ends the chain with Retry cancelled",
+          "[rpc][process][retry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    rpc_process p(env, fa({}, two_errors_then_ok));
+    p.next();
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("auto_retry_start");
+    const auto from = p.position();
+    CHECK(p.call("ar", "abort_retry") ==
+          obj(R"({"id":"ar","type":"response","command":"abort_retry","success":true})"));
+    CHECK(
+        p.next_of("auto_retry_end") ==
+        obj(R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})"));
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(from)) == strings{"auto_retry_end{fail,1}", "agent_settled"});
+    auto st = p.call("s", "get_state").at("data").as_object();
+    CHECK(st.at("isRetrying") == false);
+    CHECK(st.at("retryAttempt") == 0);
+    CHECK(p.call("ar2", "abort_retry").at("success") == true);  // idle: no effect, still answered
+    p.close_stdin();
+    CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: set_auto_retry false: no retry, persisted, survives a restart",
+          "[rpc][process][retry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100},"custom":{"kept":1}})");
+    {
+        rpc_process p(env, fa({}, two_errors_then_ok));
+        p.next();
+        CHECK(p.call("r", "set_auto_retry", {{"enabled", false}}) ==
+              obj(R"({"id":"r","type":"response","command":"set_auto_retry","success":true})"));
+        CHECK(env.settings() ==
+              obj(R"({"retry":{"baseDelayMs":100,"enabled":false},"custom":{"kept":1}})"));
+        CHECK(p.call("s", "get_state").at("data").at("autoRetryEnabled") == false);
+        const auto start = p.position();
+        p.call("p", "prompt", {{"message", "hi"}});
+        p.next_of("agent_settled");
+        auto b = brief(p.since(start));
+        CHECK(strings(b.end() - 4, b.end()) == strings{"message_end:assistant:error", "turn_end",
+                                                       "agent_end{final}", "agent_settled"});
+        CHECK(std::count(b.begin(), b.end(), "auto_retry_start{1}") == 0);
+        p.close_stdin();
+        CHECK(p.wait_exit() == 0);
+    }
+    {
+        rpc_process p(env, {"--no-session"});
+        p.next();
+        CHECK(p.call("s", "get_state").at("data").at("autoRetryEnabled") == false);
+        p.call("r", "set_auto_retry", {{"enabled", true}});
+        CHECK(env.settings().at("retry").at("enabled") == true);
+        p.close_stdin();
+        CHECK(p.wait_exit() == 0);
+    }
+}
+
+TEST_CASE("rpc mode: stdin EOF during the backoff: auto_retry_end emitted, session flushed, exit 0",
+          "[rpc][process][retry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    rpc_process p(
+        env, {"--session-dir", (env.dir.path / "s").string(), "--faux-script", two_errors_then_ok});
+    p.next();
+    const std::string file(p.call("s", "get_state").at("data").at("sessionFile").as_string());
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("auto_retry_start");
+    const auto from = p.position();
+    const auto t0 = std::chrono::steady_clock::now();
+    p.close_stdin();
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(from)) == strings{"auto_retry_end{fail,1}", "agent_settled"});
+    CHECK(
+        p.since(from)[0] ==
+        obj(R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})"));
+    CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+    CHECK(std::chrono::steady_clock::now() - t0 < 15s);  // did not wait out the 20 s backoff
+    const std::string content = read_file(file);
+    CHECK(content.find("503 Service Unavailable") !=
+          std::string::npos);  // the errored reply was written
+}
+
+TEST_CASE("rpc mode: SIGTERM / SIGINT during the backoff: the same shutdown, exit 143 / 130",
+          "[rpc][process][retry]") {
+    for (auto [sig, code] : {std::pair{SIGTERM, 143}, std::pair{SIGINT, 130}}) {
+        INFO("signal " << sig);
+        rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+        rpc_process p(env, fa({}, two_errors_then_ok));
+        p.next();
+        p.call("p", "prompt", {{"message", "hi"}});
+        p.next_of("auto_retry_start");
+        p.signal(sig);
+        CHECK(
+            p.next_of("auto_retry_end") ==
+            obj(R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})"));
+        CHECK(p.next().at("type") == "agent_settled");
+        CHECK(p.at_eof());
+        CHECK(p.wait_exit() == code);
+    }
+}
+
+TEST_CASE("rpc mode: a configuration error exits 2 before ready, with the reason on stderr",
+          "[rpc][process]") {
+    rpc_env env(R"({"retry":{"maxRetries":"three"}})");
+    rpc_process p(env, {"--no-session"});
+    CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 2);
+    CHECK(p.stderr_text().find("retry.maxRetries") != std::string::npos);
+}
+
+// =========================================================================================
+// coagent::rpc_client
+// =========================================================================================
+
+namespace {
+
+std::string what_of(std::exception_ptr e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    }
+    return "?";
+}
+
+template <class F>
+rpc_error expect_rpc_error(F&& f) {
+    try {
+        f();
+    } catch (const rpc_error& e) {
+        return e;
+    }
+    FAIL("no rpc_error was thrown");
+    throw std::logic_error("unreachable");
+}
+
+fs::path write_script(const temp_dir& d, const std::string& name, const std::string& body) {
+    const fs::path p = d.path / name;
+    write_file(p, "#!/bin/sh\n" + body);
+    fs::permissions(p, fs::perms::owner_all);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "rpc_client: commands return data or throw the server's error; wait_for_settled after a "
+    "2-retry chain",
+    "[rpc][client]") {
+    rpc_env env;
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, two_errors_then_ok), env.vars()));
+    CHECK(c.running());
+    CHECK(c.pid() > 0);
+
+    std::vector<json::object> events;
+    auto sub = c.on_event([&](const json::object& e) { events.push_back(e); });
+
+    auto st = run_co(io, c.get_state());
+    CHECK(st.at("isRetrying") == false);
+    CHECK(run_co(io, c.get_last_assistant_text()) == std::nullopt);
+
+    run_co(io, c.prompt("hi"));
+    run_co(io, c.wait_for_settled());
+    REQUIRE_FALSE(events.empty());
+    CHECK(events.back().at("type") == "agent_settled");  // settled, not the first agent_end
+    auto b = brief(events);
+    CHECK(std::count(b.begin(), b.end(), "agent_end{retry}") == 2);
+    CHECK(std::find(b.begin(), b.end(), "auto_retry_start{1}") != b.end());
+    CHECK(std::find(b.begin(), b.end(), "auto_retry_start{2}") != b.end());
+    CHECK(std::find(b.begin(), b.end(), "auto_retry_end{ok,2}") != b.end());
+    CHECK(run_co(io, c.get_last_assistant_text()) == std::optional<std::string>("Hello there"));
+    run_co(io, c.wait_for_settled());  // already settled: at once
+
+    auto e = expect_rpc_error([&] { run_co(io, c.set_model("nope", "nope")); });
+    CHECK(e.why() == rpc_error::reason::command_failed);
+    CHECK(std::string(e.what()) == "Model not found: nope/nope");
+    CHECK(e.command() == "set_model");
+    CHECK(run_co(io, c.set_model("faux", "faux")).at("id") == "faux");
+    CHECK(run_co(io, c.get_available_models()).size() == 1);
+    CHECK(run_co(io, c.get_messages()).size() == 2);
+    CHECK(run_co(io, c.get_session_stats()).at("assistantMessages") ==
+          3);  // both errors are in the history
+    run_co(io, c.set_session_name("named"));
+    CHECK(run_co(io, c.get_state()).at("sessionName") == "named");
+    run_co(io, c.set_auto_compaction(false));
+    run_co(io, c.set_auto_retry(false));
+    CHECK(env.settings().at("retry").at("enabled") == false);
+    CHECK(expect_rpc_error([&] { run_co(io, c.compact()); }).what() ==
+          std::string("compact is not supported yet"));
+    run_co(io, c.abort_retry());
+    run_co(io, c.abort());
+    CHECK(run_co(io, c.new_session()) == false);
+    CHECK(run_co(io, c.get_state()).at("messageCount") == 0);
+    auto raw = run_co(io, c.request(json::object{{"type", "get_state"}}));
+    CHECK(raw.at("messageCount") == 0);
+    CHECK(expect_rpc_error([&] {
+              run_co(io, c.request(json::object{{"type", "bogus"}}));
+          }).what() == std::string("Unknown command: bogus"));
+
+    sub.reset();
+    CHECK(run_co(io, c.stop()) == 0);
+    CHECK(c.exit_status() == 0);
+    CHECK_FALSE(c.running());
+    CHECK(expect_rpc_error([&] { run_co(io, c.get_state()); }).why() ==
+          rpc_error::reason::not_running);
+}
+
+TEST_CASE("rpc_client: queued follow_up and steer settle with the running prompt",
+          "[rpc][client]") {
+    rpc_env env;
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, R"([{"text":"one","delayMs":1500},{"text":"two"}])"),
+                       env.vars()));
+    int settled = 0;
+    std::vector<std::string> users;
+    auto sub = c.on_event([&](const json::object& e) {
+        if (e.at("type") == "agent_settled") ++settled;
+        if (e.at("type") == "message_end" && e.at("message").at("role") == "user")
+            users.emplace_back(e.at("message").at("content").at(0).at("text").as_string());
+    });
+    run_co(io, c.prompt("first"));
+    auto busy = expect_rpc_error([&] { run_co(io, c.prompt("refused")); });
+    CHECK(std::string(busy.what()).starts_with("Agent is busy"));
+    run_co(io, c.follow_up("after"));
+    run_co(io, c.wait_for_settled());
+    CHECK(settled == 1);
+    CHECK(users == strings{"first", "after"});
+    CHECK(run_co(io, c.get_last_assistant_text()) == std::optional<std::string>("two"));
+    CHECK(run_co(io, c.stop()) == 0);
+}
+
+TEST_CASE("rpc_client: child killed mid-prompt: every pending call fails with a clear error",
+          "[rpc][client]") {
+    rpc_env env;
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, slow_reply), env.vars()));
+    run_co(io, c.prompt("hi"));
+    // stop the child so the next request stays unanswered, then kill it
+    const int pid = c.pid();
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    siginfo_t si{};
+    REQUIRE(::waitid(P_PID, static_cast<id_t>(pid), &si, WSTOPPED | WNOWAIT) == 0);
+    std::optional<std::string> state_error, settle_error;
+    std::optional<rpc_error::reason> state_reason;
+    asio::co_spawn(io, c.get_state(), [&](std::exception_ptr e, json::object) {
+        state_error = e ? what_of(e) : "no error";
+        try {
+            if (e) std::rethrow_exception(e);
+        } catch (const rpc_error& x) {
+            state_reason = x.why();
+        } catch (...) {
+        }
+    });
+    asio::co_spawn(io, c.wait_for_settled(),
+                   [&](std::exception_ptr e) { settle_error = e ? what_of(e) : "no error"; });
+    io.restart();
+    io.poll();  // both are now waiting
+    CHECK_FALSE(state_error);
+    CHECK_FALSE(settle_error);
+    c.kill();
+    REQUIRE(run_until(io, [&] { return state_error && settle_error; }));
+    CHECK(state_reason == rpc_error::reason::process_exited);
+    CHECK(state_error->starts_with("coagent was killed by signal 9"));
+    CHECK(settle_error->starts_with("coagent was killed by signal 9"));
+    CHECK(c.exit_status() == 128 + SIGKILL);
+    auto later = expect_rpc_error([&] { run_co(io, c.get_state()); });
+    CHECK(later.why() == rpc_error::reason::process_exited);
+    CHECK(run_co(io, c.stop()) == 128 + SIGKILL);
+}
+
+TEST_CASE(
+    "rpc_client: stop() during a backoff: the retry is cancelled, its end event arrives, exit 0",
+    "[rpc][client]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, two_errors_then_ok), env.vars()));
+    std::vector<json::object> events;
+    auto sub = c.on_event([&](const json::object& e) { events.push_back(e); });
+    run_co(io, c.prompt("hi"));
+    REQUIRE(run_until(
+        io, [&] { return !events.empty() && events.back().at("type") == "auto_retry_start"; }));
+    CHECK(run_co(io, c.stop()) == 0);
+    auto b = brief(events);
+    CHECK(strings(b.end() - 3, b.end()) ==
+          strings{"auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
+}
+
+TEST_CASE("rpc_client: garbage, early exit, spawn failure and timeouts are clear errors",
+          "[rpc][client]") {
+    temp_dir d;
+    asio::io_context io;
+    SECTION("a line that is not JSON fails the pending call and ends the session") {
+        auto fake = write_script(d, "garbage",
+                                 "echo '{\"type\":\"ready\"}'\nread line\necho 'this is not "
+                                 "json'\nexec cat >/dev/null\n");
+        rpc_client c(io);
+        run_co(io, c.start(fake));
+        auto e = expect_rpc_error([&] { run_co(io, c.get_state()); });
+        CHECK(e.why() == rpc_error::reason::protocol);
+        CHECK(std::string(e.what()) ==
+              "coagent wrote a line that is not a JSON object: this is not json");
+        CHECK_FALSE(c.running());
+        CHECK(run_co(io, c.stop()) == 128 + SIGKILL);  // the client killed it
+    }
+    SECTION("a configuration error: the exit code and stderr are in the error") {
+        rpc_env env(R"({"retry":{"maxRetries":"three"}})");
+        rpc_client c(io);
+        auto e = expect_rpc_error(
+            [&] { run_co(io, c.start(coagent_bin(), {"--no-session"}, env.vars())); });
+        CHECK(e.why() == rpc_error::reason::process_exited);
+        CHECK(e.command() == "start");
+        const std::string w = e.what();
+        CHECK(w.starts_with("coagent exited with code 2; stderr: "));
+        CHECK(w.find("retry.maxRetries") != std::string::npos);
+        CHECK(c.get_stderr().find("retry.maxRetries") != std::string::npos);
+        CHECK(c.exit_status() == 2);
+    }
+    SECTION("an executable that does not exist") {
+        rpc_client c(io);
+        auto e = expect_rpc_error([&] { run_co(io, c.start(d.path / "no-such-coagent")); });
+        CHECK(e.why() == rpc_error::reason::spawn_failed);
+        CHECK(std::string(e.what()).starts_with("cannot start "));
+    }
+    SECTION("no response within the request timeout") {
+        auto fake = write_script(
+            d, "silent", "echo '{\"type\":\"ready\"}'\necho 'starting' >&2\nexec cat >/dev/null\n");
+        rpc_client_options o;
+        o.request_timeout = 200ms;
+        rpc_client c(io, o);
+        run_co(io, c.start(fake));
+        auto e = expect_rpc_error([&] { run_co(io, c.get_state()); });
+        CHECK(e.why() == rpc_error::reason::timeout);
+        CHECK(std::string(e.what()) == "get_state: no response from coagent within 200 ms");
+        CHECK(c.running());  // a timeout does not end the session
+        CHECK(c.get_stderr() == "starting\n");
+        CHECK(run_co(io, c.stop()) == 0);  // cat ends at EOF
+    }
+    SECTION("no ready line within the start timeout") {
+        auto fake = write_script(d, "mute", "exec cat >/dev/null\n");
+        rpc_client_options o;
+        o.start_timeout = 200ms;
+        rpc_client c(io, o);
+        auto e = expect_rpc_error([&] { run_co(io, c.start(fake)); });
+        CHECK(e.why() == rpc_error::reason::timeout);
+        CHECK(std::string(e.what()).starts_with(
+            "coagent did not write {\"type\":\"ready\"} within 200 ms"));
+        CHECK(run_co(io, c.stop()) == 128 + SIGKILL);
+    }
+}
