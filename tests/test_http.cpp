@@ -1,0 +1,463 @@
+// The HTTP layer: the sans-io SSE parser and wire formats, coagent-fakellm's script, and the
+// providers over loopback against coagent-fakellm (real sockets, in process), incl. https with a
+// test CA generated at test time.
+
+#include "http/loopback.hpp"
+
+#include <coagent/classify/classify.hpp>
+#include <coagent/providers/http_protocol.hpp>
+#include <coagent/providers/sse_parser.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+using namespace coagent;
+using namespace coagent::test;
+using api_kind = http_protocol::api_kind;
+using strings = std::vector<std::string>;
+
+namespace {
+
+std::vector<sse_event> parse_all(std::string_view bytes, std::size_t chunk, std::size_t max = sse_parser::default_max_event_bytes) {
+    sse_parser p(max);
+    std::vector<sse_event> out;
+    for (std::size_t i = 0; i < bytes.size(); i += chunk)
+        p.feed(bytes.substr(i, chunk), [&](const sse_event& e) { out.push_back(e); });
+    p.finish();
+    return out;
+}
+
+bool retryable(const message& m) {
+    return classify(m, model_info{"fake", "fake-model", "x", 32000, 4096}, 1'700'000'000'000).retryable();
+}
+
+}  // namespace
+
+// ---- SSE parser ----------------------------------------------------------------------------
+
+TEST_CASE("sse parser: events, fields and line endings at every chunk size", "[http][sse]") {
+    const std::string stream =
+        "\xEF\xBB\xBF"  // BOM
+        ": a comment\r\n"
+        "event: message_start\r\n"
+        "data: {\"a\":1}\r\n"
+        "\r\n"
+        "data:no space\n"
+        "data:  two spaces\n"
+        "id: 7\n"
+        "retry: 1500\n"
+        "\n"
+        "event: ping\r"
+        "data\r"
+        "\r"
+        "event: dropped-without-data\n"
+        "\n"
+        "field-unknown: x\n"
+        "data: last\n"
+        "\n"
+        "data: unterminated at the end";
+    for (std::size_t chunk : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, stream.size()}) {
+        INFO("chunk size " << chunk);
+        auto ev = parse_all(stream, chunk);
+        REQUIRE(ev.size() == 4);
+        CHECK(ev[0].type == "message_start");
+        CHECK(ev[0].data == "{\"a\":1}");
+        CHECK(ev[1].type == "message");
+        CHECK(ev[1].data == "no space\n two spaces");
+        CHECK(ev[1].id == "7");
+        CHECK(ev[1].retry_ms == 1500);
+        CHECK(ev[2].type == "ping");
+        CHECK(ev[2].data.empty());
+        CHECK(ev[2].id == "7");  // the last event id persists
+        CHECK_FALSE(ev[2].retry_ms);
+        CHECK(ev[3].data == "last");
+    }
+}
+
+TEST_CASE("sse parser: a bounded event size stops the parser", "[http][sse]") {
+    sse_parser p(64);
+    int n = 0;
+    auto on = [&](const sse_event&) { ++n; };
+    CHECK(p.feed("data: small\n\n", on) == sse_parser::status::ok);
+    CHECK(n == 1);
+    const std::string big = "data: " + std::string(100, 'x');
+    CHECK(p.feed(big.substr(0, 30), on) == sse_parser::status::ok);
+    CHECK(p.feed(big.substr(30), on) == sse_parser::status::event_too_large);
+    CHECK(p.feed("\n\ndata: more\n\n", on) == sse_parser::status::event_too_large);
+    CHECK(n == 1);
+    // many lines of one event count together
+    sse_parser q(64);
+    sse_parser::status s = sse_parser::status::ok;
+    for (int i = 0; i < 20 && s == sse_parser::status::ok; ++i) s = q.feed("data: 0123456789\n", on);
+    CHECK(s == sse_parser::status::event_too_large);
+    q.reset();
+    CHECK(q.feed("data: ok\n\n", on) == sse_parser::status::ok);
+    CHECK(n == 2);
+}
+
+TEST_CASE("sse parser: a CR at a chunk end and a LF at the next start are one line break", "[http][sse]") {
+    auto ev = parse_all("data: a\r\n\r\ndata: b\r\n\r\n", 8);
+    REQUIRE(ev.size() == 2);
+    CHECK(ev[0].data == "a");
+    CHECK(ev[1].data == "b");
+}
+
+// ---- wire formats ----------------------------------------------------------------------------
+
+TEST_CASE("http error text: the reference's forms", "[http][protocol]") {
+    using http_protocol::http_error_text;
+    CHECK(http_error_text(503, R"({"error":{"message":"Service Unavailable: upstream overloaded"}})").text ==
+          "503 Service Unavailable: upstream overloaded");
+    CHECK(http_error_text(503, "").text == "503 status code (no body)");
+    CHECK(http_error_text(502, "  \n").text == "502 status code (no body)");
+    CHECK(http_error_text(500, "fakellm script exhausted").text == "500 fakellm script exhausted");
+    auto a = http_error_text(529, R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})");
+    CHECK(a.text == "529 Overloaded");
+    CHECK(a.type == "overloaded_error");
+    auto o = http_error_text(429, R"({"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}})");
+    CHECK(o.text == "429 You exceeded your current quota");
+    CHECK(o.type == "insufficient_quota");
+    CHECK(http_error_text(400, R"({"detail":"bad"})").text == R"(400 {"detail":"bad"})");
+    CHECK(http_error_text(404, R"({"message":"no such model"})").text == "404 no such model");
+}
+
+TEST_CASE("retry hint from headers: every form, largest wins", "[http][protocol][appendix-a]") {
+    using http_protocol::retry_hint_from_headers;
+    const std::int64_t now = 1'700'000'000'000;  // 2023-11-14T22:13:20Z
+    auto hint = [&](http_protocol::header_list h) { return retry_hint_from_headers(h, now); };
+    CHECK(hint({{"retry-after", "1"}}) == 1000);
+    CHECK(hint({{"retry-after", "1.5"}}) == 1500);
+    CHECK(hint({{"retry-after-ms", "250"}}) == 250);
+    CHECK(hint({{"retry-after-ms", "0.2"}}) == 1);
+    CHECK(hint({{"retry-after", "Tue, 14 Nov 2023 22:13:50 GMT"}}) == 30000);
+    CHECK(hint({{"retry-after", "Tuesday, 14-Nov-23 22:13:50 GMT"}}) == 30000);
+    CHECK(hint({{"retry-after", "Tue Nov 14 22:13:50 2023"}}) == 30000);
+    CHECK_FALSE(hint({{"retry-after", "Tue, 14 Nov 2023 22:13:00 GMT"}}));  // in the past
+    CHECK_FALSE(hint({{"retry-after", "0"}}));
+    CHECK_FALSE(hint({{"retry-after", "soon"}}));
+    CHECK(hint({{"x-ratelimit-reset-ms", "700"}}) == 700);
+    CHECK(hint({{"x-ratelimit-reset-ms", "1700000002000"}}) == 2000);  // epoch ms
+    CHECK(hint({{"x-ratelimit-reset", "3"}}) == 3000);
+    CHECK(hint({{"x-ratelimit-reset", "1700000005"}}) == 5000);  // epoch seconds
+    CHECK(hint({{"retry-after", "1"}, {"retry-after-ms", "1200"}, {"x-ratelimit-reset", "2"}}) == 2000);
+    CHECK_FALSE(hint({{"content-type", "application/json"}}));
+    CHECK(http_protocol::parse_http_date("Thu, 01 Jan 1970 00:00:01 GMT") == 1000);
+    CHECK_FALSE(http_protocol::parse_http_date("Thu, 32 Jan 1970 00:00:01 GMT"));
+}
+
+TEST_CASE("retry hint suffix: appended once, never twice", "[http][protocol][appendix-a]") {
+    std::string t = "429 Rate limit reached for requests";
+    http_protocol::append_retry_hint(t, 1000);
+    CHECK(t == "429 Rate limit reached for requests retry-after-ms=1000");
+    http_protocol::append_retry_hint(t, 5000);
+    CHECK(t == "429 Rate limit reached for requests retry-after-ms=1000");
+    std::string u = "429 slow down (Retry-After-MS=10)";
+    http_protocol::append_retry_hint(u, 99);
+    CHECK(u == "429 slow down (Retry-After-MS=10)");
+    std::string v = "503 x";
+    http_protocol::append_retry_hint(v, std::nullopt);
+    CHECK(v == "503 x");
+    CHECK(parse_retry_hint(t, 0) == 1000);  // the classifier reads it back
+}
+
+TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
+    provider_request r;
+    r.model = model_info{"p", "m1", "x", 1000, 321};
+    r.system_prompt = "sys";
+    r.messages.push_back(std::make_shared<message>(make_user_message("hello")));
+    auto a = std::make_shared<message>();
+    a->role = message_role::assistant;
+    a->content.emplace_back(text_block{"calling"});
+    json::object args;
+    args["path"] = "/x";
+    a->content.emplace_back(tool_call_block{"call_1", "read", args});
+    a->stop = stop_reason::tool_use;
+    r.messages.push_back(a);
+    r.messages.push_back(std::make_shared<message>(make_tool_result("call_1", "read", "file text", false)));
+    tool_definition td;
+    td.name = "read";
+    td.description = "reads";
+    r.tools.push_back(td);
+
+    auto o = json::parse(http_protocol::build_request_body(api_kind::openai_completions, r)).as_object();
+    CHECK(o.at("model") == "m1");
+    CHECK(o.at("stream") == true);
+    CHECK(o.at("stream_options").at("include_usage") == true);
+    const auto& om = o.at("messages").as_array();
+    REQUIRE(om.size() == 4);
+    CHECK(om[0].at("role") == "system");
+    CHECK(om[2].at("tool_calls").at(0).at("function").at("arguments") == R"({"path":"/x"})");
+    CHECK(om[3].at("role") == "tool");
+    CHECK(om[3].at("tool_call_id") == "call_1");
+    CHECK(o.at("tools").at(0).at("function").at("parameters").at("type") == "object");
+
+    auto b = json::parse(http_protocol::build_request_body(api_kind::anthropic_messages, r)).as_object();
+    CHECK(b.at("system") == "sys");
+    CHECK(b.at("max_tokens") == 321);
+    const auto& bm = b.at("messages").as_array();
+    REQUIRE(bm.size() == 3);
+    CHECK(bm[1].at("content").at(1).at("type") == "tool_use");
+    CHECK(bm[1].at("content").at(1).at("input").at("path") == "/x");
+    CHECK(bm[2].at("role") == "user");
+    CHECK(bm[2].at("content").at(0).at("type") == "tool_result");
+    CHECK(b.at("tools").at(0).at("input_schema").at("type") == "object");
+}
+
+// ---- coagent-fakellm's script -------------------------------------------------------------
+
+TEST_CASE("fakellm script: steps, errors naming step and field, example scripts", "[http][fakellm]") {
+    auto s = fakellm::script::parse(
+        R"([{"status":503,"body":{"error":{"message":"x"}},"headers":{"Retry-After":1},"times":2},{"text":"Hi","chunks":2,"usage":{"input":3}},
+            {"text":"a b","cutAfterChunks":1},{"text":"a b","stallAfterChunks":1,"stallMs":50},{"sseError":{"type":"overloaded_error","message":"Overloaded"}},
+            {"toolCall":{"name":"t","arguments":{"k":1}},"delayMs":5}])",
+        "<t>");
+    REQUIRE(s.steps.size() == 6);
+    CHECK(s.steps[0].times == 2);
+    CHECK(s.steps[0].headers.at(0).second == "1");
+    CHECK(s.steps[2].cut_after_chunks == 1);
+    CHECK(s.steps[3].stall_ms == 50);
+    CHECK(s.steps[4].type == fakellm::step::kind::sse_error);
+    CHECK(s.steps[5].delay_ms == 5);
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"text":"a","stallMs":"x"}])", "f.json"),
+                      Catch::Contains("f.json: step 1: \"stallMs\" must be a non-negative integer"));
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"txt":"a"}])", "f.json"),
+                      Catch::Contains("step 1: unknown field \"txt\""));
+    CHECK_THROWS_WITH(fakellm::script::parse("[{\"text\":", "f.json"), Catch::StartsWith("f.json:1:"));
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"status":200,"text":"a"}])", "f.json"),
+                      Catch::Contains("cannot be combined"));
+    CHECK(fakellm::split_chunks("héllo wörld", 3) == strings{"hél", "lo w", "örld"});
+    CHECK(fakellm::split_chunks("a bc d", std::nullopt) == strings{"a", " bc", " d"});
+    CHECK(fakellm::api_of_path("/v1/chat/completions?x=1") == fakellm::api::openai);
+    CHECK(fakellm::api_of_path("/messages") == fakellm::api::anthropic);
+    CHECK(fakellm::api_of_path("/v1/models") == fakellm::api::unknown);
+    for (const auto& e : std::filesystem::directory_iterator(COAGENT_SOURCE_DIR "/examples/fakellm")) {
+        INFO(e.path());
+        CHECK_NOTHROW(fakellm::script::from_argument(e.path().string()));
+    }
+}
+
+// ---- providers over loopback --------------------------------------------------------------
+
+TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[http][loopback]") {
+    loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK_FALSE(out.error_message);
+    CHECK(text_of(out) == "Hello there friend");
+    CHECK(obs.starts == 1);
+    CHECK(obs.deltas == strings{"Hello", " there", " friend"});
+    CHECK(out.usage.input == 11);
+    CHECK(out.usage.cache_read == 4);
+    CHECK(out.usage.output == 3);
+    CHECK(out.usage.total_tokens == 18);
+    auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 1);
+    CHECK(reqs[0].path == "/v1/chat/completions");
+    CHECK(reqs[0].authorization == "Bearer sk-test-0001");
+    CHECK(reqs[0].x_api_key.empty());
+    CHECK(reqs[0].roles == strings{"system", "user"});
+    CHECK(reqs[0].model == "fake-model");
+    CHECK(reqs[0].stream);
+}
+
+TEST_CASE("anthropic-messages: a streamed reply with usage over loopback", "[http][loopback]") {
+    loopback lb(R"([{"text":"Bonjour tout le monde","chunks":2,"usage":{"input":9,"output":4,"cacheWrite":2}}])");
+    http_provider p(lb.options(api_kind::anthropic_messages, "ak-0002"));
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK(text_of(out) == "Bonjour tout le monde");
+    CHECK(obs.deltas.size() == 2);
+    CHECK(out.usage.input == 9);
+    CHECK(out.usage.output == 4);
+    CHECK(out.usage.cache_write == 2);
+    auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 1);
+    CHECK(reqs[0].path == "/v1/messages");
+    CHECK(reqs[0].x_api_key == "ak-0002");
+    CHECK(reqs[0].authorization.empty());
+    CHECK(reqs[0].roles == strings{"system", "user"});
+    auto body = json::parse(reqs[0].body).as_object();
+    CHECK(body.at("max_tokens") == 4096);
+}
+
+TEST_CASE("tool calls stream in both APIs", "[http][loopback]") {
+    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        INFO(http_protocol::to_string(api));
+        loopback lb(R"([{"toolCall":{"name":"read_file","arguments":{"path":"README.md","n":2}},"chunks":4}])");
+        http_provider p(lb.options(api));
+        recording_observer obs;
+        abort_signal abort;
+        auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(out.stop == stop_reason::tool_use);
+        auto calls = tool_calls_of(out);
+        REQUIRE(calls.size() == 1);
+        CHECK(calls[0]->name == "read_file");
+        CHECK_FALSE(calls[0]->id.empty());
+        CHECK(calls[0]->arguments.at("path") == "README.md");
+        CHECK(calls[0]->arguments.at("n") == 2);
+    }
+}
+
+TEST_CASE("HTTP errors become the reference's error text with structured fields", "[http][loopback]") {
+    loopback lb(R"([{"status":503,"body":{"error":{"message":"Service Unavailable: upstream overloaded","type":"server_error"}}},
+                    {"status":502},
+                    {"status":529,"body":{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}},
+                    {"status":401,"body":{"error":{"message":"Incorrect API key provided: sk-abc***","type":"invalid_request_error"}}}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    auto req = simple_request(p.model());
+    auto a = lb.stream_once(p, req, obs, abort);
+    CHECK(a.stop == stop_reason::error);
+    CHECK(a.error_message == "503 Service Unavailable: upstream overloaded");
+    CHECK(a.error_status == 503);
+    CHECK(a.error_type == "server_error");
+    CHECK(retryable(a));
+    auto b = lb.stream_once(p, req, obs, abort);
+    CHECK(b.error_message == "502 status code (no body)");
+    auto c = lb.stream_once(p, req, obs, abort);
+    CHECK(c.error_message == "529 Overloaded");
+    CHECK(c.error_type == "overloaded_error");
+    CHECK(retryable(c));
+    auto d = lb.stream_once(p, req, obs, abort);
+    CHECK(d.error_message == "401 Incorrect API key provided: sk-abc***");
+    CHECK_FALSE(retryable(d));
+    auto e = lb.stream_once(p, req, obs, abort);  // the script ran out
+    CHECK(e.error_message == "500 fakellm script exhausted");
+    CHECK(obs.starts == 0);
+    CHECK(p.connections_opened() == 1);  // keep-alive: one connection for all five
+}
+
+TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)", "[http][loopback][appendix-a]") {
+    loopback lb(R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"message":"Rate limit reached for requests"}}},
+                    {"status":429,"headers":{"retry-after-ms":"1500","x-ratelimit-reset-ms":"2500","Retry-After":"2"}},
+                    {"status":429,"headers":{"Retry-After":"9"},"body":{"error":{"message":"slow down retry-after-ms=10"}}},
+                    {"status":503,"headers":{"x-should-retry":"false"}}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    auto req = simple_request(p.model());
+    CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 Rate limit reached for requests retry-after-ms=1000");
+    CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 status code (no body) retry-after-ms=2500");
+    CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 slow down retry-after-ms=10");
+    CHECK(lb.stream_once(p, req, obs, abort).error_message == "503 status code (no body)");
+}
+
+TEST_CASE("a connection dropped mid-stream is a retryable connection error", "[http][loopback]") {
+    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        INFO(http_protocol::to_string(api));
+        loopback lb(R"([{"text":"one two three four five","cutAfterChunks":2},{"text":"ok"}])");
+        http_provider p(lb.options(api));
+        recording_observer obs;
+        abort_signal abort;
+        auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(out.stop == stop_reason::error);
+        REQUIRE(out.error_message);
+        CHECK_THAT(*out.error_message, Catch::StartsWith("Connection error:"));
+        CHECK(text_of(out) == "one two");  // what arrived is kept on the errored message
+        CHECK(retryable(out));
+        auto next = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(next.stop == stop_reason::stop);
+        CHECK(p.connections_opened() == 2);  // the dropped connection was not reused
+    }
+}
+
+TEST_CASE("a stalled stream hits the idle timeout: a retryable 'timed out' error", "[http][loopback]") {
+    loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":5000}])");
+    auto o = lb.options(api_kind::anthropic_messages);
+    o.stream_idle_timeout_ms = 150;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message == "Stream idle timeout: no data for 150 ms (timed out)");
+    CHECK(retryable(out));
+    CHECK(text_of(out) == "one");
+}
+
+TEST_CASE("a stall shorter than the idle timeout is just slow", "[http][loopback]") {
+    loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":100}])");
+    auto o = lb.options(api_kind::openai_completions);
+    o.stream_idle_timeout_ms = 2000;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK(text_of(out) == "one two three");
+}
+
+TEST_CASE("Anthropic error event mid-stream (overloaded_error) is retryable", "[http][loopback]") {
+    loopback lb(R"([{"text":"partial words","sseError":{"type":"overloaded_error","message":"Overloaded"}},
+                    {"sseError":{"type":"api_error","message":"Internal server error"}}])");
+    http_provider p(lb.options(api_kind::anthropic_messages));
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message == "overloaded_error: Overloaded");
+    CHECK(out.error_type == "overloaded_error");
+    CHECK(text_of(out) == "partial words");
+    CHECK(retryable(out));
+    // the same step in the OpenAI format: an error object in the stream
+    http_provider q(lb.options(api_kind::openai_completions));
+    auto o2 = lb.stream_once(q, simple_request(q.model()), obs, abort);
+    CHECK(o2.error_message == "api_error: Internal server error");
+    CHECK(retryable(o2));
+}
+
+TEST_CASE("abort during a stream closes the socket promptly: stopReason aborted", "[http][loopback]") {
+    loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"next"}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    message out;
+    out.role = message_role::assistant;
+    bool done = false;
+    const auto req = simple_request(p.model());
+    asio::co_spawn(lb.io, p.stream(req, out, obs, abort), [&](std::exception_ptr) { done = true; });
+    REQUIRE(lb.run_until([&] { return obs.deltas.size() == 1; }));
+    const auto t0 = std::chrono::steady_clock::now();
+    abort.request();
+    REQUIRE(lb.run_until([&] { return done; }, 2s));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    CHECK(out.stop == stop_reason::aborted);
+    CHECK(text_of(out) == "one");
+    CHECK(p.idle_connections() == 0);
+    // an abort requested before the call: no request at all
+    abort_signal pre;
+    pre.request();
+    auto o2 = lb.stream_once(p, req, obs, pre);
+    CHECK(o2.stop == stop_reason::aborted);
+    CHECK(lb.server->request_count() == 1);
+}
+
+TEST_CASE("connection refused and connect timeout are retryable connection errors", "[http][loopback]") {
+    asio::io_context io;
+    std::uint16_t port;
+    {
+        asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        port = a.local_endpoint().port();
+    }  // closed: nothing listens there now
+    loopback lb("[]");
+    auto o = lb.options(api_kind::openai_completions);
+    o.base_url = "http://127.0.0.1:" + std::to_string(port) + "/v1";
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::error);
+    CHECK_THAT(*out.error_message, Catch::StartsWith("Connection error: cannot connect to 127.0.0.1:"));
+    CHECK(retryable(out));
+}
