@@ -461,3 +461,84 @@ TEST_CASE("connection refused and connect timeout are retryable connection error
     CHECK_THAT(*out.error_message, Catch::StartsWith("Connection error: cannot connect to 127.0.0.1:"));
     CHECK(retryable(out));
 }
+
+// ---- https ----------------------------------------------------------------------------------
+
+namespace {
+
+// A test CA, a server certificate for 127.0.0.1 / localhost signed by it, and an unrelated CA,
+// made with the openssl CLI (EC keys: fast).
+struct test_pki {
+    temp_dir dir;
+    std::filesystem::path ca, other_ca, cert, key;
+    test_pki() {
+        const auto d = dir.path.string();
+        const std::string key_opts = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+        const std::string cmd =
+            "(cd '" + d + "' && "
+            "openssl req -x509" + key_opts + " -keyout ca.key -out ca.pem -days 2 -subj '/CN=coagent test CA' && "
+            "openssl req" + key_opts + " -keyout server.key -out server.csr -subj '/CN=127.0.0.1' && "
+            "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf && "
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf && "
+            "openssl req -x509" + key_opts + " -keyout other.key -out other-ca.pem -days 2 -subj '/CN=another CA'"
+            ") >/dev/null 2>&1";
+        if (std::system(cmd.c_str()) != 0)
+            throw std::runtime_error("openssl could not make the test certificates in " + d);
+        ca = dir.path / "ca.pem";
+        other_ca = dir.path / "other-ca.pem";
+        cert = dir.path / "server.pem";
+        key = dir.path / "server.key";
+    }
+};
+
+}  // namespace
+
+TEST_CASE("https against a local TLS server: verified with the test CA; a wrong CA is a clear error", "[http][loopback][tls]") {
+    test_pki pki;
+    fakellm::server_options so;
+    so.tls_cert_file = pki.cert;
+    so.tls_key_file = pki.key;
+    loopback lb(R"([{"text":"secure hello"},{"text":"by name"}])", so);
+
+    auto o = lb.options(api_kind::openai_completions);
+    o.base_url = lb.base_url("https");
+    o.ca_file = pki.ca;
+    http_provider good(o);
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(good, simple_request(good.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK(text_of(out) == "secure hello");
+
+    o.ca_file = pki.other_ca;
+    http_provider wrong(o);
+    auto bad = lb.stream_once(wrong, simple_request(wrong.model()), obs, abort);
+    CHECK(bad.stop == stop_reason::error);
+    REQUIRE(bad.error_message);
+    CHECK_THAT(*bad.error_message,
+               Catch::StartsWith("TLS certificate verification failed for 127.0.0.1:") &&
+                   Catch::Contains("unable to get local issuer certificate"));
+    CHECK_FALSE(retryable(bad));  // a certificate problem does not go away by retrying
+    CHECK(lb.server->request_count() == 1);  // nothing was sent over the unverified connection
+
+    // the host name is checked too: "localhost" is in the certificate, "127.0.0.2" is not
+    o.ca_file = pki.ca;
+    o.base_url = "https://localhost:" + std::to_string(lb.server->port()) + "/v1";
+    http_provider by_name(o);
+    auto named = lb.stream_once(by_name, simple_request(by_name.model()), obs, abort);
+    CHECK(named.stop == stop_reason::stop);
+    CHECK(text_of(named) == "by name");
+
+    fakellm::server_options so2 = so;
+    so2.bind_address = "127.0.0.2";
+    so2.steps = fakellm::script::parse(R"([{"text":"never sent"}])", "<test>");
+    fakellm::server other(lb.io.get_executor(), so2);
+    other.start();
+    o.base_url = "https://127.0.0.2:" + std::to_string(other.port()) + "/v1";
+    http_provider mismatch(o);
+    auto mm = lb.stream_once(mismatch, simple_request(mismatch.model()), obs, abort);
+    CHECK_THAT(mm.error_message.value_or(""), Catch::StartsWith("TLS certificate verification failed for 127.0.0.2:") &&
+                                                  Catch::Contains("IP address mismatch"));
+    CHECK(other.request_count() == 0);
+    other.stop();
+}
