@@ -265,28 +265,28 @@ namespace {
 struct recording_compaction final : compaction_hook {
     int calls = 0;
     bool succeed = false;
-    boost::asio::awaitable<compaction_outcome> compact(compaction_request req, abort_signal&) override {
+    boost::asio::awaitable<compaction_outcome> compact(compaction_request, abort_signal&) override {
         ++calls;
         compaction_outcome o;
         o.ok = succeed;
-        if (succeed) {
-            auto summary = std::make_shared<message>(make_user_message("The conversation so far, summarized:\nS"));
-            o.new_context.push_back(summary);
-            for (auto& m : req.context)
-                if (m->role == message_role::user) o.new_context.push_back(m);
-            o.result = json::value(json::object{{"summary", "S"}});
-        } else {
+        if (succeed)
+            o.summary = "S";
+        else
             o.error_message = "cannot compact";
-        }
         co_return o;
     }
 };
+settings keep_nothing() {
+    settings s;
+    s.compaction.keep_recent_tokens = 0;
+    return s;
+}
 }  // namespace
 
 TEST_CASE("context overflow goes to compaction, never to retry (spec 1)", "[session][spec-1][spec-10]") {
     auto hook = std::make_shared<recording_compaction>();
     harness h(R"([{"error":"400 prompt is too long: 213462 tokens > 200000 maximum","status":400},{"text":"x"}])",
-              settings{}, [&](session_options& o) { o.compaction = hook; });
+              keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(hook->calls == 1);
@@ -305,7 +305,7 @@ TEST_CASE("context overflow goes to compaction, never to retry (spec 1)", "[sess
 TEST_CASE("overflow with a compaction that succeeds continues the turn once", "[session][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
     hook->succeed = true;
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"fine now"}])", settings{},
+    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"fine now"}])", keep_nothing(),
               [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     REQUIRE(h.done());
@@ -334,7 +334,7 @@ TEST_CASE("overflow without compaction enabled ends with the error", "[session][
 TEST_CASE("a retried attempt that overflows ends the chain, then compaction", "[session][endings][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
     harness h(R"([{"error":"503 overloaded","status":503},{"error":"400 prompt is too long","status":400}])",
-              settings{}, [&](session_options& o) { o.compaction = hook; });
+              keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     h.advance(2000ms);
     REQUIRE(h.done());

@@ -80,7 +80,7 @@ agent_session::agent_session(session_options o)
       config_(o.config),
       clock_(o.clock),
       auth_(std::move(o.auth)),
-      compaction_(o.compaction ? std::move(o.compaction) : std::make_shared<unavailable_compaction>()),
+      compaction_(o.compaction ? std::move(o.compaction) : std::make_shared<model_summarizer>()),
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
       system_prompt_(std::move(o.system_prompt)) {
@@ -91,7 +91,7 @@ agent_session::agent_session(session_options o)
         auto loaded = session_history::load(*o.resume_file);
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
         history_ = std::move(loaded.history);
-        messages_ = history_.messages();
+        messages_ = history_.context();
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -191,6 +191,12 @@ void agent_session::abort() {
 
 asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming_behavior behavior) {
     if (busy_) co_return co_await queue_while_busy(std::move(text), behavior);
+    if (compacting_) {
+        prompt_result r;
+        r.outcome = prompt_result::status::refused;
+        r.error = "Compaction in progress: wait for compaction_end, then send the message again.";
+        co_return r;
+    }
     busy_ = true;
     machine_.begin_prompt();
     abort_.reset();
@@ -212,8 +218,11 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
             } else if (step.compact) {
-                overflow_recovered = true;
-                if (co_await recover_overflow()) continue;
+                const bool overflow = step.reason == compaction_reason::overflow;
+                if (overflow) overflow_recovered = true;
+                // an overflowed (failed) reply is dropped and the turn continues once compacted
+                const bool resume = overflow && last && is_failed_assistant(*last);
+                if (co_await compact_context(step.reason, {}, resume) && resume) continue;
             }
         }
         // queued follow-ups (and steering messages no turn picked up) run before settling
@@ -277,8 +286,24 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
         step.delay_ms = d.start->delay_ms;
         emit(*d.start);
         drop_trailing_failed_assistant();  // after the start event (spec §3 step 9)
-    } else {
-        step.compact = d.to_compaction && !overflow_recovered && config_.compaction.enabled;
+    } else if (d.to_compaction && config_.compaction.enabled) {
+        if (!overflow_recovered) {
+            step.compact = true;
+            step.reason = compaction_reason::overflow;
+        } else {
+            // one overflow recovery per user prompt (the reference's rule)
+            compaction_end_event e;
+            e.reason = "overflow";
+            e.error_message =
+                "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
+                "the context (start a new session) or switching to a model with a larger context "
+                "window.";
+            emit(std::move(e));
+        }
+    } else if (last && !d.end && config_.compaction.enabled && !abort_.requested() &&
+               over_threshold(*last, provider_->model(), config_.compaction)) {
+        step.compact = true;
+        step.reason = compaction_reason::threshold;
     }
     return step;
 }
@@ -309,30 +334,130 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
     return r;
 }
 
-asio::awaitable<bool> agent_session::recover_overflow() {
+namespace {
+std::string_view reason_text(compaction_reason r) {
+    switch (r) {
+        case compaction_reason::overflow: return "overflow";
+        case compaction_reason::threshold: return "threshold";
+        case compaction_reason::manual: return "manual";
+    }
+    return "manual";
+}
+
+class null_observer final : public stream_observer {
+public:
+    void on_message_start(const message&) override {}
+    void on_text_delta(const message&, std::string_view) override {}
+};
+}  // namespace
+
+asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, std::string instructions,
+                                                     bool will_continue) {
     compacting_ = true;
-    emit(compaction_start_event{"overflow"});
-    drop_trailing_failed_assistant();
+    emit(compaction_start_event{std::string(reason_text(reason))});
+    compaction_end_event e;
+    e.reason = reason_text(reason);
+
+    std::vector<message_ptr> context = messages_;  // nothing changes until the summary is there
+    if (reason == compaction_reason::overflow && !context.empty() && is_failed_assistant(*context.back()))
+        context.pop_back();
+    auto plan = plan_compaction(context, config_.compaction.keep_recent_tokens);
+    if (!plan) {
+        compacting_ = false;
+        e.error_message = "Nothing to compact: the conversation is already within compaction.keepRecentTokens (" +
+                          std::to_string(config_.compaction.keep_recent_tokens) + " tokens)";
+        emit(std::move(e));
+        co_return false;
+    }
     compaction_request req;
-    req.reason = "overflow";
-    req.context = build_request().messages;
+    req.reason = e.reason;
     req.model = provider_->model();
+    req.custom_instructions = std::move(instructions);
+    req.complete = [this](provider_request r) { return complete_with_retry(std::move(r)); };
+    const std::size_t first_kept = plan->first_kept;
+    const std::int64_t tokens_before = plan->tokens_before;
+    req.plan = std::move(*plan);
     compaction_outcome o = co_await compaction_->compact(std::move(req), abort_);
     compacting_ = false;
-    compaction_end_event e;
-    e.reason = "overflow";
-    e.aborted = abort_.requested();
-    if (o.ok && !e.aborted) {
-        messages_ = std::move(o.new_context);
-        e.result = std::move(o.result);
-        e.will_retry = true;
+    if (!o.ok || abort_.requested()) {
+        e.aborted = o.aborted || abort_.requested();
+        e.error_message = o.ok ? std::string("Compaction aborted") : o.error_message;
         emit(std::move(e));
-        co_return true;
+        co_return false;
     }
-    e.will_retry = false;
-    e.error_message = o.ok ? "Compaction aborted" : o.error_message;
+
+    // persist, then swap the context in one step
+    std::string first_kept_id;
+    if (first_kept < context.size())
+        for (const auto& entry : history_.entries())
+            if (entry.msg == context[first_kept]) first_kept_id = entry.id;
+    json::object fields;
+    fields["summary"] = o.summary;
+    if (first_kept_id.empty())
+        fields["firstKeptEntryId"] = nullptr;
+    else
+        fields["firstKeptEntryId"] = first_kept_id;
+    fields["tokensBefore"] = tokens_before;
+    json::object result = fields;
+    if (auto ec = history_.append_entry("compaction", std::move(fields)))
+        logger_->error("session file: cannot write the compaction entry: {}", ec.message());
+    std::vector<message_ptr> next;
+    next.reserve(context.size() - first_kept + 1);
+    next.push_back(std::make_shared<message>(make_user_message(summary_message_text(o.summary))));
+    next.insert(next.end(), context.begin() + static_cast<std::ptrdiff_t>(first_kept), context.end());
+    messages_ = std::move(next);
+
+    e.result = json::value(std::move(result));
+    e.will_retry = will_continue;
     emit(std::move(e));
-    co_return false;
+    co_return true;
+}
+
+asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request req) {
+    null_observer quiet;
+    const model_info model = provider_->model();
+    for (;;) {
+        auto reply = std::make_shared<message>();
+        reply->role = message_role::assistant;
+        reply->api = model.api;
+        reply->provider = model.provider;
+        reply->model = model.id;
+        reply->timestamp = wall_clock_ms();
+        if (abort_.requested()) {
+            reply->stop = stop_reason::aborted;
+        } else {
+            co_await provider_->stream(req, *reply, quiet, abort_);
+        }
+        if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
+        if (auto e = machine_.on_assistant_message_end(*reply)) emit(*e);
+        const classification c = classify(*reply, model, now_ms_());
+        agent_end_decision d = machine_.on_agent_end(reply.get(), c, config_.retry);
+        if (d.usage_limit && auth_ &&
+            auth_->mark_usage_limit_reached(model.provider, history_.session_id(), d.retry_hint_ms))
+            retry_machine::usage_switch_succeeded(d);
+        if (d.end) emit(*d.end);
+        if (!d.will_retry) co_return reply;
+        emit(*d.start);
+        machine_.begin_wait();
+        const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
+                                                    : co_await backoff_->wait(delay_to_duration(d.start->delay_ms));
+        if (!resume_after_wait(elapsed)) co_return reply;
+    }
+}
+
+asio::awaitable<compact_result> agent_session::compact(std::string custom_instructions) {
+    compact_result r;
+    if (busy_ || compacting_) {
+        r.error = "Agent is busy: compact when the session is idle (after agent_settled).";
+        co_return r;
+    }
+    busy_ = true;
+    abort_.reset();
+    machine_.begin_prompt();
+    r.ok = co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
+    busy_ = false;
+    if (!r.ok) r.error = abort_.requested() ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+    co_return r;
 }
 
 asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {

@@ -1,8 +1,10 @@
+#include <coagent/session/compaction.hpp>
 #include <coagent/session/history.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
@@ -119,7 +121,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
     e.type = std::move(type);
     e.msg = std::move(m);
     std::error_code ec;
-    if (out_) {  // in-memory sessions never serialise
+    if (out_ || !e.msg) {  // in-memory sessions never serialise their messages
         json::object o;
         o["type"] = e.type;
         o["id"] = e.id;
@@ -130,7 +132,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
         o["timestamp"] = iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
         for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
         if (e.msg && !o.contains("message")) o["message"] = to_json(*e.msg);
-        if (!header_written_) {
+        if (out_ && !header_written_) {
             json::object h;
             h["type"] = "session";
             h["version"] = 3;
@@ -140,7 +142,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
             ec = write_line(h);
             if (!ec) header_written_ = true;
         }
-        if (!ec) ec = write_line(o);
+        if (!ec && out_) ec = write_line(o);
         e.raw = std::move(o);
     }
     entries_.push_back(std::move(e));
@@ -151,6 +153,36 @@ std::vector<message_ptr> session_history::messages() const {
     std::vector<message_ptr> out;
     for (const auto& e : entries_)
         if (e.msg) out.push_back(e.msg);
+    return out;
+}
+
+std::vector<message_ptr> session_history::context() const {
+    struct item {
+        const std::string* id;
+        message_ptr msg;
+    };
+    std::vector<item> ctx;
+    for (const auto& e : entries_) {
+        if (e.msg) {
+            ctx.push_back({&e.id, e.msg});
+            continue;
+        }
+        if (e.type != "compaction") continue;
+        const auto* summary = e.raw.if_contains("summary");
+        if (!summary || !summary->is_string()) continue;
+        std::vector<item> next;
+        auto m = make_user_message(summary_message_text(summary->get_string()));
+        next.push_back({nullptr, std::make_shared<message>(std::move(m))});
+        if (const auto* first = e.raw.if_contains("firstKeptEntryId"); first && first->is_string()) {
+            auto it = std::find_if(ctx.begin(), ctx.end(),
+                                   [&](const item& i) { return i.id && *i.id == first->get_string(); });
+            next.insert(next.end(), it, ctx.end());
+        }
+        ctx = std::move(next);
+    }
+    std::vector<message_ptr> out;
+    out.reserve(ctx.size());
+    for (auto& i : ctx) out.push_back(std::move(i.msg));
     return out;
 }
 

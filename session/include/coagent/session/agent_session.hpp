@@ -64,7 +64,7 @@ struct session_options {
     settings config;                                   ///< effective settings (see settings_store)
     clock_kind clock = clock_kind::steady;             ///< manual in tests
     std::shared_ptr<auth_storage> auth;                ///< optional: usage-limit switching
-    std::shared_ptr<compaction_hook> compaction;       ///< optional: default unavailable_compaction
+    std::shared_ptr<compaction_hook> compaction;       ///< optional: default model_summarizer
     std::optional<std::filesystem::path> session_dir;  ///< none: history kept in memory only
     std::optional<std::filesystem::path> resume_file;  ///< continue this session file
     std::string cwd;                                   ///< recorded in the session header
@@ -72,6 +72,14 @@ struct session_options {
     std::shared_ptr<spdlog::logger> logger;            ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;              ///< epoch ms for dated retry hints
 };
+
+/// The result of a manual compaction.
+struct compact_result {
+    bool ok = false;
+    std::string error;  ///< when !ok (the compaction_end event has the details)
+};
+
+enum class compaction_reason { overflow, threshold, manual };
 
 class agent_session;
 
@@ -131,6 +139,12 @@ public:
     bool is_busy() const noexcept { return busy_; }
     bool is_compacting() const noexcept { return compacting_; }
     void set_auto_compaction_enabled(bool enabled) noexcept { config_.compaction.enabled = enabled; }
+    bool auto_compaction_enabled() const noexcept { return config_.compaction.enabled; }
+
+    /// Manual compaction: summarises the older part of the context with the current model
+    /// (compaction_start/end{reason:"manual"}). Only while idle; abort() cancels it. Completes
+    /// on the session's executor; the session must outlive it.
+    boost::asio::awaitable<compact_result> compact(std::string custom_instructions = {});
 
     const settings& config() const noexcept { return config_; }
     void set_config(const settings& s) noexcept { config_ = s; }
@@ -163,8 +177,12 @@ private:
     struct next_step {
         bool wait = false;           // a retry starts: wait delay_ms, then continue
         std::int64_t delay_ms = 0;
-        bool compact = false;        // hand the overflow to compaction
+        bool compact = false;        // compact (overflow hand-off or threshold)
+        compaction_reason reason = compaction_reason::overflow;
     };
+    boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
+                                                 bool will_continue);
+    boost::asio::awaitable<message_ptr> complete_with_retry(provider_request req);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b);
     boost::asio::awaitable<bool> post_continue();
     // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry events
@@ -172,7 +190,6 @@ private:
     bool resume_after_wait(bool elapsed);
     prompt_result result_of(const message_ptr& last, bool retry_cancelled) const;
     boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
-    boost::asio::awaitable<bool> recover_overflow();
     boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
     void append(message_ptr m);
     void emit(event e);

@@ -54,6 +54,10 @@ public:
 
     /// The messages of the history, root to leaf, errors included.
     std::vector<message_ptr> messages() const;
+    /// The runtime context the history stands for, root to leaf, with compaction applied: after
+    /// a compaction entry, its summary message followed by the messages from firstKeptEntryId.
+    /// Failed replies are included (they are filtered when a request is built).
+    std::vector<message_ptr> context() const;
 
 private:
     std::error_code write_line(const json::object& o);
