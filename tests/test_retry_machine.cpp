@@ -220,3 +220,198 @@ TEST_CASE("retry machine: overflow goes to compaction, retryable never does", "[
     auto d2 = m.on_agent_end(&r, retryable(), {});
     CHECK_FALSE(d2.to_compaction);
 }
+
+// ---- additions beyond the spec (design.md "Beyond the reference"), all off by default ---------
+
+namespace {
+
+classification with_hint(classification c, std::int64_t hint) {
+    c.retry_after_ms = hint;
+    return c;
+}
+classification usage_limit() {
+    classification c;
+    c.kind = error_kind::usage_limit;
+    c.rule = "usage_limit/usage.?limit";
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("compute_retry_wait: table of backoff, hint, maxDelayMs and jitter", "[retry][beyond-spec]") {
+    struct row {
+        const char* name;
+        bool honor;
+        std::int64_t max_delay;
+        retry_jitter jitter;
+        int attempt;
+        std::optional<std::int64_t> hint;
+        double u;
+        std::int64_t want_delay;
+        bool want_over;
+    };
+    const row rows[] = {
+        {"defaults: the spec's backoff, hint ignored", false, 0, retry_jitter::none, 1, 60000, 0.5, 100, false},
+        {"defaults, attempt 3", false, 0, retry_jitter::none, 3, std::nullopt, 0.5, 400, false},
+        {"honor: hint is a floor", true, 0, retry_jitter::none, 1, 1000, 0.5, 1000, false},
+        {"honor: backoff above the hint", true, 0, retry_jitter::none, 4, 300, 0.5, 800, false},
+        {"honor without a hint", true, 0, retry_jitter::none, 2, std::nullopt, 0.5, 200, false},
+        {"maxDelay caps the backoff", false, 250, retry_jitter::none, 3, std::nullopt, 0.5, 250, false},
+        {"maxDelay: an honoured hint above it ends", true, 500, retry_jitter::none, 1, 1000, 0.5, 1000, true},
+        {"maxDelay: a hint within it", true, 1500, retry_jitter::none, 1, 1000, 0.5, 1000, false},
+        {"maxDelay: an ignored hint does not end", false, 500, retry_jitter::none, 1, 1000, 0.5, 100, false},
+        {"full jitter, u=0", false, 0, retry_jitter::full, 3, std::nullopt, 0.0, 0, false},
+        {"full jitter, u=0.5", false, 0, retry_jitter::full, 3, std::nullopt, 0.5, 200, false},
+        {"full jitter, u→1", false, 0, retry_jitter::full, 3, std::nullopt, 0.999999, 400, false},
+        {"equal jitter, u=0", false, 0, retry_jitter::equal, 3, std::nullopt, 0.0, 200, false},
+        {"equal jitter, u=0.5", false, 0, retry_jitter::equal, 3, std::nullopt, 0.5, 300, false},
+        {"jitter stays above an honoured hint", true, 0, retry_jitter::full, 3, 350, 0.0, 350, false},
+    };
+    for (const auto& r : rows) {
+        INFO(r.name);
+        retry_settings s;
+        s.base_delay_ms = 100;
+        s.honor_retry_after = r.honor;
+        s.max_delay_ms = r.max_delay;
+        s.jitter = r.jitter;
+        const auto w = compute_retry_wait(s, r.attempt, r.hint, r.u);
+        CHECK(w.delay_ms == r.want_delay);
+        CHECK(w.over_max == r.want_over);
+    }
+    retry_settings huge;
+    huge.base_delay_ms = std::numeric_limits<std::int64_t>::max();
+    huge.jitter = retry_jitter::full;
+    CHECK(compute_retry_wait(huge, 5, std::nullopt, 0.999).delay_ms > 0);  // saturates, no overflow
+}
+
+TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end decisions", "[retry][beyond-spec]") {
+    retry_settings s;
+    s.base_delay_ms = 100;
+    auto e = error_msg("429 Rate limit reached for requests retry-after-ms=1000");
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(retryable(), 1000), s);
+        REQUIRE(d.will_retry);
+        CHECK(d.start->delay_ms == 100);  // default: the spec's backoff
+    }
+    s.honor_retry_after = true;
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(retryable(), 1000), s);
+        REQUIRE(d.will_retry);
+        CHECK(d.start->delay_ms == 1000);
+    }
+    s.max_delay_ms = 500;
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(retryable(), 1000), s);
+        CHECK_FALSE(d.will_retry);
+        REQUIRE(d.end);
+        CHECK_FALSE(d.end->success);
+        CHECK(d.end->attempt == 0);
+        CHECK(d.end->final_error ==
+              "429 Rate limit reached for requests retry-after-ms=1000 (server asked to wait 1s, above retry.maxDelayMs)");
+        CHECK(m.attempt() == 0);
+        CHECK_FALSE(m.is_retrying());
+    }
+    {
+        // mid-chain: attempt = the retries made so far
+        retry_machine m;
+        auto first = error_msg("503");
+        REQUIRE(m.on_agent_end(&first, retryable(), s).will_retry);
+        m.begin_wait();
+        REQUIRE(m.on_wait_done(true).resume);
+        auto d = m.on_agent_end(&e, with_hint(retryable(), 2500), s);
+        REQUIRE(d.end);
+        CHECK(d.end->attempt == 1);
+        CHECK_THAT(*d.end->final_error, Catch::EndsWith("(server asked to wait 3s, above retry.maxDelayMs)"));
+    }
+    s = retry_settings{};
+    s.jitter = retry_jitter::full;
+    {
+        retry_machine m;
+        m.set_random([] { return 0.25; });
+        auto first = error_msg("503");
+        auto d = m.on_agent_end(&first, retryable(), s);
+        REQUIRE(d.will_retry);
+        CHECK(d.start->delay_ms == 500);  // 2000 × 0.25
+    }
+    {
+        retry_machine m;  // the default source stays within [0, backoff]
+        auto first = error_msg("503");
+        auto d = m.on_agent_end(&first, retryable(), s);
+        REQUIRE(d.will_retry);
+        CHECK(d.start->delay_ms >= 0);
+        CHECK(d.start->delay_ms <= 2000);
+    }
+}
+
+TEST_CASE("retry machine: a usage limit above maxDelayMs ends unless the auth storage switches", "[retry][beyond-spec][spec-3]") {
+    retry_settings s;
+    s.base_delay_ms = 100;
+    s.honor_retry_after = true;
+    s.max_delay_ms = 500;
+    auto e = error_msg("429 The usage limit has been reached retry-after-ms=1800000");
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(usage_limit(), 1'800'000), s);
+        CHECK(d.usage_limit);  // the shell still tells the auth storage
+        CHECK_FALSE(d.will_retry);
+        REQUIRE(d.end);
+        CHECK_FALSE(m.is_retrying());
+    }
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(usage_limit(), 1'800'000), s);
+        retry_machine::usage_switch_succeeded(d);  // another credential is free: go on, now
+        CHECK(d.will_retry);
+        CHECK_FALSE(d.end);
+        REQUIRE(d.start);
+        CHECK(d.start->attempt == 1);
+        CHECK(d.start->delay_ms == 0);
+        CHECK(m.is_retrying());
+        CHECK(m.attempt() == 1);
+        m.begin_wait();
+        CHECK(m.on_wait_done(true).resume);
+    }
+    {
+        // without the additions the usage-limit path keeps the spec's backoff
+        retry_machine m;
+        auto d = m.on_agent_end(&e, with_hint(usage_limit(), 1'800'000), retry_settings{});
+        REQUIRE(d.will_retry);
+        CHECK(d.start->delay_ms == 2000);
+        CHECK(d.usage_limit);
+        CHECK(d.retry_hint_ms == 1'800'000);
+    }
+}
+
+TEST_CASE("retry machine: x-should-retry false stops the chain only with honorShouldRetry", "[retry][beyond-spec]") {
+    auto e = error_msg("503 Service Unavailable");
+    {
+        retry_machine m;
+        CHECK(m.on_agent_end(&e, retryable(), retry_settings{}, false).will_retry);  // recorded, not honoured
+    }
+    retry_settings s;
+    s.honor_should_retry = true;
+    {
+        retry_machine m;
+        auto d = m.on_agent_end(&e, retryable(), s, false);
+        CHECK_FALSE(d.will_retry);
+        CHECK_FALSE(d.end);  // no chain was active
+    }
+    {
+        retry_machine m;
+        REQUIRE(m.on_agent_end(&e, retryable(), s, std::nullopt).will_retry);
+        m.begin_wait();
+        REQUIRE(m.on_wait_done(true).resume);
+        auto d = m.on_agent_end(&e, retryable(), s, false);
+        CHECK_FALSE(d.will_retry);
+        REQUIRE(d.end);
+        CHECK(d.end->attempt == 1);
+        CHECK(d.end->final_error == "503 Service Unavailable");
+    }
+    {
+        retry_machine m;
+        CHECK(m.on_agent_end(&e, retryable(), s, true).will_retry);
+    }
+}

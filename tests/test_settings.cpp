@@ -112,6 +112,10 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.enabled", "boolean", true},
         {"retry.maxRetries", "integer", 3},
         {"retry.baseDelayMs", "integer", 2000},
+        {"retry.honorRetryAfter", "boolean", false},
+        {"retry.maxDelayMs", "integer", 0},
+        {"retry.jitter", "string", "none"},
+        {"retry.honorShouldRetry", "boolean", false},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
@@ -134,12 +138,13 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     }
     CHECK(store.warnings().empty());
     CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000})"));
+          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false})"));
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[6].expected == "a positive integer");
+    CHECK(schema[10].expected == "a positive integer");
+    CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
 }
 
 TEST_CASE("missing files are empty layers", "[settings]") {
@@ -169,7 +174,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(s.compaction.keep_recent_tokens == 20000);  // default
     CHECK(s.provider.connect_timeout_ms == 50);       // project
     CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100})"));
+          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);
@@ -601,4 +606,46 @@ TEST_CASE("settings paths", "[settings]") {
     CHECK(coagent::global_settings_path("/x/coagent") == fs::path("/x/coagent/settings.json"));
     CHECK(coagent::project_settings_path("/src/app") ==
           fs::path("/src/app/.coagent/settings.json"));
+}
+
+TEST_CASE("retry additions beyond the spec: off by default, validated, layered", "[settings][beyond-spec]") {
+    temp_dir d;
+    const coagent::settings plain{};
+    CHECK_FALSE(plain.retry.honor_retry_after);
+    CHECK(plain.retry.max_delay_ms == 0);
+    CHECK(plain.retry.jitter == coagent::retry_jitter::none);
+    CHECK_FALSE(plain.retry.honor_should_retry);
+
+    write_file(d.global(), R"({"retry":{"honorRetryAfter":true,"maxDelayMs":500,"jitter":"equal","honorShouldRetry":true}})");
+    auto store = settings_store::load(d.global(), d.project());
+    CHECK(store.warnings().empty());
+    CHECK(store.current().retry.honor_retry_after);
+    CHECK(store.current().retry.max_delay_ms == 500);
+    CHECK(store.current().retry.jitter == coagent::retry_jitter::equal);
+    CHECK(store.current().retry.honor_should_retry);
+    CHECK(coagent::setting_value(store.current(), "retry.jitter") == json::value("equal"));
+
+    write_file(d.project(), R"({"retry":{"jitter":"full"}})");
+    store = settings_store::load(d.global(), d.project());
+    CHECK(store.current().retry.jitter == coagent::retry_jitter::full);
+    store.set_override("retry.jitter", json::value("none"));
+    CHECK(store.current().retry.jitter == coagent::retry_jitter::none);
+    CHECK(store.get("retry.jitter") == json::value("none"));
+
+    auto e = expect_error([&] { store.set_override("retry.jitter", json::value("random")); });
+    CHECK(std::string(e.what()) == R"(<runtime>: key "retry.jitter": expected one of "none", "full" or "equal", found "random")");
+    write_file(d.project(), R"({"retry":{"maxDelayMs":-1}})");
+    e = expect_error([&] { (void)settings_store::load(d.global(), d.project()); });
+    CHECK(e.key == "retry.maxDelayMs");
+    CHECK(e.expected == "a non-negative integer");
+    write_file(d.project(), R"({"retry":{"jitter":1}})");
+    e = expect_error([&] { (void)settings_store::load(d.global(), d.project()); });
+    CHECK(e.key == "retry.jitter");
+    CHECK(e.found == "1");
+
+    // persisted like any other key
+    write_file(d.project(), "{}");
+    store = settings_store::load(d.global(), d.project());
+    store.persist_global("retry.jitter", json::value("full"));
+    CHECK(json::parse(read_text(d.global())).at("retry").at("jitter") == "full");
 }

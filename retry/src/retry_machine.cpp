@@ -1,9 +1,25 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/retry/retry_machine.hpp>
 
+#include <random>
+
 namespace coagent {
 
 namespace {
+
+// x-should-retry as recorded on the message, when message has the field.
+template <typename Message>
+std::optional<bool> should_retry_of(const Message* m) {
+    if constexpr (requires { m->should_retry; }) {
+        if (m) return m->should_retry;
+    }
+    return std::nullopt;
+}
+
+std::string seconds_text(std::int64_t ms) {
+    return std::to_string(ms <= 0 ? 0 : (ms - 1) / 1000 + 1);  // ceil, as the TUI shows delays
+}
+
 std::string error_text(const message* m) {
     if (m && m->error_message && !m->error_message->empty()) return *m->error_message;
     if (m && m->stop == stop_reason::aborted) return "Request was aborted";
@@ -19,11 +35,35 @@ std::optional<auto_retry_end_event> retry_machine::on_assistant_message_end(cons
     return e;
 }
 
+double retry_machine::draw() {
+    if (random_) return random_();
+    static thread_local std::mt19937_64 gen{std::random_device{}()};
+    return std::uniform_real_distribution<double>(0.0, 1.0)(gen);
+}
+
+void retry_machine::usage_switch_succeeded(agent_end_decision& d) noexcept {
+    if (d.revive_) {
+        // the switch makes the long wait moot: the chain goes on (with attempt n)
+        d.revive_->attempt_ = d.revive_attempt_;
+        d.revive_->chain_active_ = true;
+        d.revive_ = nullptr;
+        d.end.reset();
+        d.will_retry = true;
+    }
+    if (d.start) d.start->delay_ms = 0;
+}
+
 agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,
                                                const retry_settings& s) {
+    return on_agent_end(last, c, s, should_retry_of(last));
+}
+
+agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,
+                                               const retry_settings& s, std::optional<bool> should_retry) {
     agent_end_decision d;
     const bool cancelled = cancel_requested_;
-    const bool retryable = c.retryable() && s.enabled && !cancelled && last &&
+    const bool vetoed = s.honor_should_retry && should_retry == false;
+    const bool retryable = c.retryable() && s.enabled && !cancelled && !vetoed && last &&
                            last->stop == stop_reason::error;
 
     if (!retryable) {
@@ -45,11 +85,23 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         end_chain();
         return d;
     }
-    d.will_retry = true;
-    d.start = auto_retry_start_event{attempt_, s.max_retries, backoff_delay(s, attempt_),
-                                     error_text(last)};
+    const bool jitter = s.jitter != retry_jitter::none;
+    const retry_wait w = compute_retry_wait(s, attempt_, c.retry_after_ms, jitter ? draw() : 0.0);
     d.usage_limit = c.kind == error_kind::usage_limit;
     d.retry_hint_ms = c.retry_after_ms;
+    d.start = auto_retry_start_event{attempt_, s.max_retries, w.delay_ms, error_text(last)};
+    if (w.over_max) {
+        d.end = auto_retry_end_event{false, attempt_ - 1,
+                                     error_text(last) + " (server asked to wait " + seconds_text(w.asked_ms) +
+                                         "s, above retry.maxDelayMs)"};
+        if (d.usage_limit) {
+            d.revive_ = this;
+            d.revive_attempt_ = attempt_;
+        }
+        end_chain();
+        return d;
+    }
+    d.will_retry = true;
     return d;
 }
 

@@ -32,16 +32,18 @@ constexpr std::string_view runtime_label = "<runtime>";
 // The schema: every known key, in one place.
 // ---------------------------------------------------------------------------------------------
 
-enum class value_type { boolean, integer };
+enum class value_type { boolean, integer, choice };
 
 struct schema_entry {
     std::string_view key;  // dotted
     value_type type;
-    std::int64_t default_value;  // booleans as 0 / 1
+    std::int64_t default_value;  // booleans as 0 / 1, choices as their index
     std::int64_t min;            // integers only
     std::int64_t max;            // from the field's C++ type
     void (*store)(settings&, std::int64_t);
     std::int64_t (*load)(const settings&);
+    const std::string_view* choices = nullptr;  // choice: the names, in enum order
+    std::size_t choice_count = 0;
 };
 
 // Accessors for settings.*Group.*Field, with the limits of the field's type.
@@ -72,11 +74,28 @@ constexpr schema_entry integer(std::string_view key, std::int64_t default_value,
     return e;
 }
 
+// A string setting with a fixed set of names, stored as an enum (the names in enum order).
+template <auto Group, auto Field, std::size_t N>
+constexpr schema_entry choice(std::string_view key, std::size_t default_index,
+                              const std::string_view (&names)[N]) {
+    using f = field<Group, Field>;
+    static_assert(std::is_enum_v<typename f::type>);
+    return {key,      value_type::choice, static_cast<std::int64_t>(default_index),
+            0,        static_cast<std::int64_t>(N) - 1,
+            &f::store, &f::load, names, N};
+}
+
+constexpr std::string_view jitter_names[] = {"none", "full", "equal"};
+
 // clang-format off
 constexpr schema_entry schema[] = {
     boolean<&settings::retry, &retry_settings::enabled>("retry.enabled", true),
     integer<&settings::retry, &retry_settings::max_retries>("retry.maxRetries", 3, 0),
     integer<&settings::retry, &retry_settings::base_delay_ms>("retry.baseDelayMs", 2000, 0),
+    boolean<&settings::retry, &retry_settings::honor_retry_after>("retry.honorRetryAfter", false),
+    integer<&settings::retry, &retry_settings::max_delay_ms>("retry.maxDelayMs", 0, 0),
+    choice<&settings::retry, &retry_settings::jitter>("retry.jitter", 0, jitter_names),
+    boolean<&settings::retry, &retry_settings::honor_should_retry>("retry.honorShouldRetry", false),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),
@@ -105,11 +124,24 @@ bool is_group(std::string_view dotted) noexcept {
 }
 
 std::string_view type_name(value_type t) noexcept {
-    return t == value_type::boolean ? "boolean" : "integer";
+    switch (t) {
+        case value_type::boolean: return "boolean";
+        case value_type::choice: return "string";
+        case value_type::integer: break;
+    }
+    return "integer";
 }
 
 std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::boolean) return "a boolean (true or false)";
+    if (e.type == value_type::choice) {
+        std::string t = "one of";
+        for (std::size_t i = 0; i < e.choice_count; ++i) {
+            t += i == 0 ? " \"" : (i + 1 == e.choice_count ? "\" or \"" : "\", \"");
+            t += e.choices[i];
+        }
+        return t + "\"";
+    }
     if (e.min == 0) return "a non-negative integer";
     if (e.min == 1) return "a positive integer";
     return "an integer of at least " + std::to_string(e.min);
@@ -117,6 +149,10 @@ std::string expected_text(const schema_entry& e) {
 
 json::value default_json(const schema_entry& e) {
     if (e.type == value_type::boolean) return json::value(e.default_value != 0);
+    if (e.type == value_type::choice) {
+        const auto name = e.choices[static_cast<std::size_t>(e.default_value)];
+        return json::value(json::string_view(name.data(), name.size()));
+    }
     return json::value(e.default_value);
 }
 
@@ -281,6 +317,12 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
     if (e.type == value_type::boolean) {
         if (!v.is_bool()) fail(expected_text(e));
         return v.get_bool() ? 1 : 0;
+    }
+    if (e.type == value_type::choice) {
+        if (v.is_string())
+            for (std::size_t i = 0; i < e.choice_count; ++i)
+                if (v.get_string() == e.choices[i]) return static_cast<std::int64_t>(i);
+        return fail(expected_text(e));
     }
     const std::string too_large = expected_text(e) + " no greater than " + std::to_string(e.max);
     std::int64_t x = 0;
@@ -568,6 +610,10 @@ std::optional<json::value> setting_value(const settings& s, std::string_view dot
     if (!e) return std::nullopt;
     const std::int64_t v = e->load(s);
     if (e->type == value_type::boolean) return json::value(v != 0);
+    if (e->type == value_type::choice) {
+        const auto name = e->choices[static_cast<std::size_t>(v)];
+        return json::value(json::string_view(name.data(), name.size()));
+    }
     return json::value(v);
 }
 

@@ -11,6 +11,7 @@
 #include <coagent/runtime/settings.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,13 @@ struct agent_end_decision {
     std::optional<std::int64_t> retry_hint_ms;
     /// The message goes to the compaction path (context overflow, no retry started).
     bool to_compaction = false;
+
+private:
+    friend class retry_machine;
+    // A usage limit whose honoured hint is above retry.maxDelayMs ends the chain (`end`)
+    // unless the auth storage switches credentials: usage_switch_succeeded() then revives it.
+    class retry_machine* revive_ = nullptr;
+    int revive_attempt_ = 0;
 };
 
 /// What to do after the backoff wait completed.
@@ -51,14 +59,26 @@ public:
     std::optional<auto_retry_end_event> on_assistant_message_end(const message& m);
 
     /// agent_end of a run whose last assistant message is `last` (may be null) with its
-    /// classification, under the current settings.
+    /// classification, under the current settings. The delay is compute_retry_wait() of the
+    /// attempt (backoff.hpp): exactly the spec's backoff unless retry.jitter /
+    /// retry.honorRetryAfter / retry.maxDelayMs say otherwise. A wait refused by
+    /// retry.maxDelayMs ends the chain at once with finalError
+    /// "<error> (server asked to wait <N>s, above retry.maxDelayMs)" and attempt = retries made.
+    /// With retry.honorShouldRetry, `should_retry == false` (the response's x-should-retry
+    /// header) makes the error not retryable. The 3-argument form reads it from
+    /// `last->should_retry` when message has that field.
     agent_end_decision on_agent_end(const message* last, const classification& c,
                                     const retry_settings& s);
+    agent_end_decision on_agent_end(const message* last, const classification& c,
+                                    const retry_settings& s, std::optional<bool> should_retry);
 
-    /// The auth storage switched credential/model: the wait becomes 0 (spec §3 step 7).
-    static void usage_switch_succeeded(agent_end_decision& d) noexcept {
-        if (d.start) d.start->delay_ms = 0;
-    }
+    /// The auth storage switched credential/model: the wait becomes 0 (spec §3 step 7); a chain
+    /// that a too-long server hint was about to end goes on.
+    static void usage_switch_succeeded(agent_end_decision& d) noexcept;
+
+    /// The random draw for retry.jitter: uniform in [0, 1). Default: a PRNG seeded once from
+    /// std::random_device on first use (so processes do not jitter in step).
+    void set_random(std::function<double()> uniform01) { random_ = std::move(uniform01); }
 
     /// The backoff wait is about to start.
     void begin_wait() noexcept { waiting_ = true; }
@@ -89,6 +109,9 @@ private:
         cancel_requested_ = false;
     }
 
+    double draw();
+
+    std::function<double()> random_;
     int attempt_ = 0;
     bool chain_active_ = false;
     bool waiting_ = false;

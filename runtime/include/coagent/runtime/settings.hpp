@@ -6,10 +6,18 @@
 
 namespace coagent {
 
+/// retry.jitter: how a computed backoff is randomised (none keeps the spec's exact delays).
+enum class retry_jitter { none, full, equal };
+
 struct retry_settings {
     bool enabled = true;             // retry.enabled
     int max_retries = 3;             // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
+    // Beyond the spec (design.md), all off by default:
+    bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
+    std::int64_t max_delay_ms = 0;   // retry.maxDelayMs: a longer computed wait ends the chain (0 = off)
+    retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
+    bool honor_should_retry = false;  // retry.honorShouldRetry: `x-should-retry: false` stops the chain
 };
 
 struct compaction_settings {
