@@ -560,3 +560,33 @@ TEST_CASE("huge baseDelayMs saturates instead of overflowing", "[session][spec-4
     h.run_ready();
     CHECK(h.done());
 }
+
+TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts the retry chain", "[session][embedding]") {
+    harness h(two_errors_then_ok);
+    asio::cancellation_signal cancel;
+    std::optional<prompt_result> got;
+    h.session->async_prompt("hi", asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, prompt_result r) {
+                                if (e) std::rethrow_exception(e);
+                                got = std::move(r);
+                            }));
+    h.run_ready();
+    REQUIRE(h.session->is_retrying());
+    cancel.emit(asio::cancellation_type::terminal);
+    h.run_ready();
+    REQUIRE(got);
+    CHECK(got->outcome == prompt_result::status::aborted);
+    CHECK(got->error == "Retry cancelled");
+    CHECK(h.of("auto_retry_end")[0].at("finalError") == "Retry cancelled");
+    h.advance(std::chrono::milliseconds(10000));
+    CHECK(h.requests().size() == 1);
+
+    // a plain callback without a slot, on the next prompt, completes after the chain
+    harness h2(two_errors_then_ok);
+    std::optional<prompt_result> got2;
+    h2.session->async_prompt("hi", [&](std::exception_ptr, prompt_result r) { got2 = std::move(r); });
+    h2.run_ready();
+    CHECK_FALSE(got2);
+    h2.advance(std::chrono::milliseconds(6000));
+    REQUIRE(got2);
+    CHECK(got2->outcome == prompt_result::status::succeeded);
+}

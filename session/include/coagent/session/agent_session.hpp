@@ -17,7 +17,12 @@
 #include <coagent/session/provider.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdint>
@@ -122,6 +127,44 @@ public:
     /// the awaitable itself is not cancellable.
     boost::asio::awaitable<prompt_result> prompt(std::string text,
                                                  streaming_behavior behavior = streaming_behavior::none);
+
+    /// prompt() for any Asio completion token (callback, use_future, use_awaitable, deferred).
+    /// Completion signature: void(std::exception_ptr, prompt_result); the exception_ptr is set
+    /// only for a bug (a provider or listener that threw). The handler runs on the session's
+    /// executor unless it has an associated executor of its own. The session and `text`'s
+    /// owner need not outlive the call for `text` (it is moved), but the session must outlive
+    /// the operation. Cancellation: a cancellation slot bound to the token (any type:
+    /// terminal, partial or total) calls abort() on the session's executor — the pending retry
+    /// is cancelled first, then the stream; the operation then completes normally with status
+    /// aborted (the turn's state stays consistent, so every type is honoured the same way).
+    template <typename CompletionToken>
+    auto async_prompt(std::string text, streaming_behavior behavior, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
+            [this](auto handler, std::string t, streaming_behavior b) {
+                auto slot = boost::asio::get_associated_cancellation_slot(handler);
+                if (slot.is_connected()) {
+                    slot.assign([this](boost::asio::cancellation_type type) {
+                        if (type != boost::asio::cancellation_type::none)
+                            boost::asio::post(executor_, [this] { abort(); });
+                    });
+                }
+                // co_spawn must not take over the slot: hand it an unconnected one, and
+                // disconnect ours when the operation completes
+                auto done = [slot, h = std::move(handler)](std::exception_ptr e, prompt_result r) mutable {
+                    if (slot.is_connected()) slot.clear();
+                    std::move(h)(std::move(e), std::move(r));
+                };
+                boost::asio::co_spawn(executor_, prompt(std::move(t), b),
+                                      boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(),
+                                                                          std::move(done)));
+            },
+            token, std::move(text), behavior);
+    }
+    template <typename CompletionToken>
+    auto async_prompt(std::string text, CompletionToken&& token) {
+        return async_prompt(std::move(text), streaming_behavior::none,
+                            std::forward<CompletionToken>(token));
+    }
 
     /// Cancels a pending retry (its auto_retry_end says "Retry cancelled"), then aborts the
     /// stream in flight and drops queued messages. No effect when idle.
