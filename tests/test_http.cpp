@@ -542,3 +542,440 @@ TEST_CASE("https against a local TLS server: verified with the test CA; a wrong 
     CHECK(other.request_count() == 0);
     other.stop();
 }
+
+// ---- models.json -----------------------------------------------------------------------------
+
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/providers/models_config.hpp>
+#include <coagent/session/agent_session.hpp>
+
+#include "support/session_harness.hpp"
+
+#include <thread>
+
+namespace {
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << text;
+}
+
+std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string config_error_of(const std::string& text) {
+    try {
+        (void)models_config::parse(text, "/home/u/.coagent/models.json");
+    } catch (const settings_error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("models.json: the reference's shape over the built-in providers", "[http][config]") {
+    auto c = models_config::parse(R"({"providers":{
+        "local":{"baseUrl":"http://127.0.0.1:8080/v1","api":"openai-completions","apiKey":"any",
+                 "compat":{"supportsDeveloperRole":false},
+                 "models":[{"id":"m1","name":"M1","contextWindow":32000,"maxTokens":4096,"reasoning":false,"input":["text"],
+                            "cost":{"input":0,"output":0}},{"id":"m2","api":"anthropic-messages"}]},
+        "anthropic":{"baseUrl":"https://proxy.example/anthropic/v1","models":[{"id":"claude-next","contextWindow":500000}]}},
+        "somethingElse":true})",
+                                  "models.json");
+    auto m1 = c.resolve("local", "m1");
+    CHECK(m1.provider == "local");
+    CHECK(m1.api == "openai-completions");
+    CHECK(m1.context_window == 32000);
+    CHECK(m1.max_tokens == 4096);
+    CHECK(c.resolve("local", "").id == "m1");  // the first is the default
+    auto m2 = c.resolve("local", "m2");
+    CHECK(m2.api == "anthropic-messages");
+    CHECK(m2.context_window == 128000);  // defaults
+    CHECK(m2.max_tokens == 16384);
+    // a built-in overridden: new base URL, its models kept, one added
+    CHECK(c.find("anthropic")->base_url == "https://proxy.example/anthropic/v1");
+    CHECK(c.resolve("anthropic", "claude-sonnet-4-5").context_window == 200000);
+    CHECK(c.resolve("anthropic", "claude-next").context_window == 500000);
+    CHECK(c.resolve("openai", "").id == "gpt-4.1");
+    CHECK(c.find("openai")->base_url == "https://api.openai.com/v1");
+    CHECK_THROWS_WITH(c.resolve("nope", ""), Catch::Contains("provider \"nope\" not found (known: faux, openai, anthropic, local"));
+    CHECK_THROWS_WITH(c.resolve("local", "m9"), Catch::Contains("model \"m9\" not found for provider local (it has: m1, m2"));
+
+    auto o = c.provider_options("local", "m1", provider_settings{1234, 5678});
+    CHECK(o.base_url == "http://127.0.0.1:8080/v1");
+    CHECK(o.api_key == "any");
+    CHECK(o.connect_timeout_ms == 1234);
+    CHECK(o.stream_idle_timeout_ms == 5678);
+    CHECK(models_config::load("/nonexistent/models.json").providers().size() == 2);
+}
+
+TEST_CASE("models.json: a broken file names the file, the key and what was expected", "[http][config]") {
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"id":"m","contextWindow":"big"}]}}})") ==
+          R"(/home/u/.coagent/models.json: key "providers.x.models[0].contextWindow": expected a positive integer, found "big")");
+    CHECK(config_error_of(R"({"providers":{"x":{"api":"openai-completions","models":[{"id":"m"}]}}})") ==
+          R"(/home/u/.coagent/models.json: key "providers.x.baseUrl": expected an http:// or https:// URL, found nothing (missing))");
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-responses","models":[{"id":"m"}]}}})") ==
+          R"(/home/u/.coagent/models.json: key "providers.x.api": expected "openai-completions" or "anthropic-messages", found "openai-responses")");
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[]}}})") ==
+          R"(/home/u/.coagent/models.json: key "providers.x.models": expected a non-empty array of models, found [])");
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"name":"m"}]}}})") ==
+          R"(/home/u/.coagent/models.json: key "providers.x.models[0].id": expected a non-empty string, found nothing (missing))");
+    CHECK(config_error_of(R"({"providers":[]})") ==
+          R"(/home/u/.coagent/models.json: key "providers": expected an object of providers, found [])");
+    CHECK(config_error_of("{\n  \"providers\": {,}\n}") == "/home/u/.coagent/models.json:2:17: invalid JSON: syntax error");
+}
+
+TEST_CASE("API keys: models.json apiKey (literal or env name), else the built-in's variable", "[http][config]") {
+    auto env = [](const char* name) -> const char* {
+        if (std::string_view(name) == "OPENAI_API_KEY") return "sk-from-env";
+        if (std::string_view(name) == "MY_KEY") return "sk-my";
+        return nullptr;
+    };
+    auto c = models_config::parse(R"({"providers":{
+        "a":{"baseUrl":"http://h","api":"openai-completions","apiKey":"MY_KEY","models":[{"id":"m"}]},
+        "b":{"baseUrl":"http://h","api":"openai-completions","apiKey":"UNSET_VAR","models":[{"id":"m"}]},
+        "c":{"baseUrl":"http://h","api":"openai-completions","apiKey":"sk-literal","models":[{"id":"m"}]},
+        "d":{"baseUrl":"http://h","api":"openai-completions","models":[{"id":"m"}]}}})",
+                                  "models.json");
+    CHECK(models_config::static_api_key(*c.find("a"), env) == "sk-my");
+    CHECK(models_config::static_api_key(*c.find("b"), env) == "UNSET_VAR");
+    CHECK(models_config::static_api_key(*c.find("c"), env) == "sk-literal");
+    CHECK(models_config::static_api_key(*c.find("d"), env).empty());
+    CHECK(models_config::static_api_key(*c.find("openai"), env) == "sk-from-env");
+    CHECK(models_config::static_api_key(*c.find("anthropic"), env).empty());
+}
+
+// ---- auth.json -------------------------------------------------------------------------------
+
+TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persisted, switching", "[http][auth]") {
+    temp_dir d;
+    const auto file = d.path / "auth.json";
+    write_text(file, R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two","note":"kept"}],
+                          "solo":{"type":"api_key","key":"only"},
+                          "oauthy":{"type":"oauth","refresh":"r"}})");
+    std::int64_t now = 1'700'000'000'000;
+    file_auth_storage a(file, [&] { return now; });
+    CHECK(a.credential_count("fake") == 2);
+    CHECK(a.credential_count("oauthy") == 0);
+    CHECK(a.api_key("fake", "s1") == "key-one");
+    CHECK(a.api_key("fake", "s1") == "key-one");
+    CHECK(a.api_key("other", "s1").empty());
+    CHECK_FALSE(a.mark_usage_limit_reached("fake", "never-asked", 5000));  // used no stored key
+
+    CHECK(a.mark_usage_limit_reached("fake", "s1", 30'000));  // key-two is free: switch
+    CHECK(a.api_key("fake", "s1") == "key-two");
+    CHECK(a.blocked_until("fake", 0) == now + 30'000);
+    CHECK(a.api_key("fake", "s2") == "key-two");  // a new session avoids the blocked key
+
+    // persisted: the file has it, other fields kept; a new process honours it
+    auto saved = json::parse(read_text(file));
+    CHECK(saved.at("fake").at(0).at("blockedUntil") == now + 30'000);
+    CHECK(saved.at("fake").at(1).at("note") == "kept");
+    CHECK(saved.at("oauthy").at("refresh") == "r");
+    CHECK((std::filesystem::status(file).permissions() & std::filesystem::perms::others_read) == std::filesystem::perms::none);
+    file_auth_storage b(file, [&] { return now; });
+    CHECK(b.blocked_until("fake", 0) == now + 30'000);
+    CHECK(b.api_key("fake", "s3") == "key-two");
+
+    // both blocked: no switch; the session keeps its key
+    CHECK_FALSE(a.mark_usage_limit_reached("fake", "s1", std::nullopt));
+    CHECK(a.blocked_until("fake", 1) == now + file_auth_storage::default_block_ms);
+    CHECK(a.api_key("fake", "s1") == "key-two");
+    // a block never shrinks
+    CHECK_FALSE(a.mark_usage_limit_reached("fake", "s2", 1));
+    CHECK(a.blocked_until("fake", 1) == now + file_auth_storage::default_block_ms);
+
+    // one credential: blocked until the hint, still used (there is nothing else)
+    CHECK(a.api_key("solo", "s1") == "only");
+    CHECK_FALSE(a.mark_usage_limit_reached("solo", "s1", 1000));
+    CHECK(a.blocked_until("solo", 0) == now + 1000);
+    CHECK(a.api_key("solo", "s9") == "only");
+    CHECK(json::parse(read_text(file)).at("solo").at("blockedUntil") == now + 1000);  // single-object shape kept
+
+    // time passes: the block expires, a new session gets key-one again
+    now += 31'000;
+    CHECK(b.api_key("fake", "s4") == "key-one");
+}
+
+TEST_CASE("auth.json: a broken file names the key; concurrent writers lose no block", "[http][auth]") {
+    temp_dir d;
+    const auto file = d.path / "auth.json";
+    write_text(file, R"({"p":[{"type":"api_key","key":""}]})");
+    CHECK_THROWS_WITH(file_auth_storage(file), (d.path / "auth.json").string() +
+                                                   R"(: key "p[0].key": expected a non-empty string, found "")");
+    write_text(file, R"({"p":{"type":"api_key","key":"k","blockedUntil":"soon"}})");
+    CHECK_THROWS_WITH(file_auth_storage(file), Catch::Contains(R"(key "p.blockedUntil": expected an epoch time in ms)"));
+    write_text(file, "[1]");
+    CHECK_THROWS_WITH(file_auth_storage(file), Catch::Contains("expected a JSON object of providers"));
+    CHECK(file_auth_storage(d.path / "missing.json").credential_count("p") == 0);
+
+    // 8 "processes" (own instances, own file descriptions, so the flock applies) block 8
+    // providers at once; every block must survive the others' rewrites.
+    std::string text = "{";
+    for (int i = 0; i < 8; ++i)
+        text += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":[{"type":"api_key","key":"a"},{"type":"api_key","key":"b"}])";
+    write_text(file, text + "}");
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i)
+        threads.emplace_back([&file, i] {
+            file_auth_storage s(file, [] { return std::int64_t{1000}; });
+            const std::string p = "p" + std::to_string(i);
+            (void)s.api_key(p, "s");
+            (void)s.mark_usage_limit_reached(p, "s", 500 + i);
+        });
+    for (auto& t : threads) t.join();
+    file_auth_storage check(file);
+    for (int i = 0; i < 8; ++i) CHECK(check.blocked_until("p" + std::to_string(i), 0) == 1500 + i);
+}
+
+// ---- sessions over loopback: the retry policy against real HTTP ------------------------------
+
+namespace {
+
+struct session_loopback {
+    loopback lb;
+    std::shared_ptr<http_provider> provider;
+    std::unique_ptr<agent_session> session;
+    std::vector<json::object> events;
+    subscription sub;
+    std::optional<prompt_result> result;
+    std::exception_ptr failure;
+
+    session_loopback(const std::string& script, api_kind api, settings cfg,
+                     const std::function<void(http_provider_options&)>& tweak = {})
+        : lb(script) {
+        auto o = lb.options(api);
+        o.connect_timeout_ms = cfg.provider.connect_timeout_ms;
+        o.stream_idle_timeout_ms = cfg.provider.stream_idle_timeout_ms;
+        if (tweak) tweak(o);
+        provider = std::make_shared<http_provider>(o);
+        session_options so;
+        so.executor = lb.io.get_executor();
+        so.model_provider = provider;
+        so.config = cfg;
+        so.auth = provider->auth();
+        session = std::make_unique<agent_session>(std::move(so));
+        sub = session->subscribe([this](const event& e) { events.push_back(to_json(e)); });
+    }
+
+    void start(std::string text) {
+        asio::co_spawn(lb.io, session->prompt(std::move(text)), [this](std::exception_ptr e, prompt_result r) {
+            failure = e;
+            result = std::move(r);
+        });
+    }
+    void prompt(std::string text, std::chrono::milliseconds cap = 20s) {
+        start(std::move(text));
+        REQUIRE(lb.run_until([&] { return result.has_value(); }, cap));
+        if (failure) std::rethrow_exception(failure);
+    }
+    std::vector<json::object> of(std::string_view type) const {
+        std::vector<json::object> out;
+        for (const auto& e : events)
+            if (e.at("type").as_string() == type) out.push_back(e);
+        return out;
+    }
+};
+
+settings fast_settings(std::int64_t base_delay_ms = 10) {
+    settings s;
+    s.retry.base_delay_ms = base_delay_ms;
+    return s;
+}
+
+std::string example(const std::string& name) { return read_text(COAGENT_SOURCE_DIR "/examples/fakellm/" + name); }
+
+}  // namespace
+
+TEST_CASE("loopback: 503 twice then success — 3 requests, errors not sent back, the design's events", "[http][loopback][session]") {
+    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        INFO(http_protocol::to_string(api));
+        session_loopback t(example("retry-503.json"), api, fast_settings());
+        t.prompt("Say hello");
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(text_of(*t.result->last_assistant) == "Hello! Two 503s later, here is the answer.");
+        CHECK(brief(t.events) == strings{
+            "agent_start", "turn_start", "message_start:user", "message_end:user",
+            "message_start:assistant", "message_end:assistant:error", "turn_end", "agent_end{retry}",
+            "auto_retry_start{1}",
+            "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:error",
+            "turn_end", "agent_end{retry}", "auto_retry_start{2}",
+            "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:stop",
+            "auto_retry_end{ok,2}", "turn_end", "agent_end{final}", "agent_settled"});
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 2);
+        CHECK(starts[0] == obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+        CHECK(starts[1].at("delayMs") == 20);
+        auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 3);
+        for (const auto& r : reqs) CHECK(r.roles == strings{"user"});  // the errored replies were not sent back
+        auto ends = t.of("message_end");
+        CHECK(ends[1].at("message").at("errorMessage") == "503 Service Unavailable: upstream overloaded");
+        CHECK(t.provider->connections_opened() == 1);  // keep-alive across the retries
+    }
+}
+
+TEST_CASE("loopback: 429 with Retry-After — the suffix, honorRetryAfter and maxDelayMs", "[http][loopback][session][appendix-a]") {
+    const std::string script =
+        R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"message":"Rate limit reached for requests"}}},{"text":"ok"}])";
+    const std::string error = "429 Rate limit reached for requests retry-after-ms=1000";
+    {
+        session_loopback t(script, api_kind::openai_completions, fast_settings(100));
+        t.prompt("hi");
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 1);
+        CHECK(starts[0].at("errorMessage").as_string() == error);
+        CHECK(starts[0].at("delayMs") == 100);  // by default the hint does not change the backoff
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+    }
+    {
+        auto cfg = fast_settings(100);
+        cfg.retry.honor_retry_after = true;
+        session_loopback t(script, api_kind::openai_completions, cfg);
+        const auto t0 = std::chrono::steady_clock::now();
+        t.prompt("hi");
+        CHECK(std::chrono::steady_clock::now() - t0 >= 1000ms);
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 1);
+        CHECK(starts[0].at("delayMs") == 1000);
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+    }
+    {
+        auto cfg = fast_settings(100);
+        cfg.retry.honor_retry_after = true;
+        cfg.retry.max_delay_ms = 500;
+        session_loopback t(script, api_kind::openai_completions, cfg);
+        t.prompt("hi");
+        CHECK(t.of("auto_retry_start").empty());
+        CHECK(brief(t.events) == strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                                         "message_start:assistant", "message_end:assistant:error", "turn_end",
+                                         "agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
+        CHECK(t.of("auto_retry_end")[0].at("finalError").as_string() == error + " (server asked to wait 1s, above retry.maxDelayMs)");
+        CHECK(t.result->outcome == prompt_result::status::failed);
+        CHECK(t.lb.server->request_count() == 1);
+    }
+}
+
+TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → retry → success", "[http][loopback][session]") {
+    auto cfg = fast_settings();
+    cfg.provider.stream_idle_timeout_ms = 200;
+    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        INFO(http_protocol::to_string(api));
+        session_loopback t(example("stream-faults.json"), api, cfg);
+        t.prompt("hi");
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(text_of(*t.result->last_assistant) == "The third attempt streams all of its words.");
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 2);
+        CHECK_THAT(std::string(starts[0].at("errorMessage").as_string()), Catch::StartsWith("Connection error:"));
+        CHECK(starts[1].at("errorMessage") == "Stream idle timeout: no data for 200 ms (timed out)");
+        CHECK(t.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
+        CHECK(t.lb.server->request_count() == 3);
+    }
+    session_loopback t(example("anthropic-overloaded.json"), api_kind::anthropic_messages, cfg);
+    t.prompt("hi");
+    CHECK(t.result->outcome == prompt_result::status::succeeded);
+    auto starts = t.of("auto_retry_start");
+    REQUIRE(starts.size() == 2);
+    CHECK(starts[0].at("errorMessage") == "529 Overloaded");
+    CHECK(starts[1].at("errorMessage") == "overloaded_error: Overloaded");
+}
+
+TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to retry", "[http][loopback][session]") {
+    const std::pair<const char*, api_kind> cases[] = {{"openai-overflow.json", api_kind::openai_completions},
+                                                      {"anthropic-overflow.json", api_kind::anthropic_messages}};
+    for (const auto& [file, api] : cases) {
+        INFO(file);
+        session_loopback t(example(file), api, fast_settings());
+        t.prompt("hi");
+        CHECK(t.of("auto_retry_start").empty());
+        CHECK(t.of("auto_retry_end").empty());
+        auto cs = t.of("compaction_start");
+        REQUIRE(cs.size() == 1);
+        CHECK(cs[0].at("reason") == "overflow");
+        auto errs = t.of("message_end");
+        REQUIRE(errs.size() >= 2);
+        CHECK(errs[1].at("message").at("stopReason") == "error");
+        CHECK(classify_error_text(std::string(errs[1].at("message").at("errorMessage").as_string()), 400, 0).kind ==
+              error_kind::context_overflow);
+    }
+}
+
+TEST_CASE("loopback: usage limit with two credentials switches keys at once", "[http][loopback][session][auth]") {
+    const std::pair<const char*, api_kind> cases[] = {{"openai-usage-limit.json", api_kind::openai_completions},
+                                                      {"anthropic-usage-limit.json", api_kind::anthropic_messages}};
+    for (const auto& [file, api] : cases) {
+        INFO(file);
+        temp_dir d;
+        write_text(d.path / "auth.json", R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two"}]})");
+        const std::int64_t now = wall_clock_ms();
+        auto auth = std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
+        session_loopback t(example(file), api, settings{}, [&](http_provider_options& o) {
+            o.auth = auth;
+            o.api_key = "static-key-unused";
+        });
+        t.prompt("hi");
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 1);
+        CHECK(starts[0].at("delayMs") == 0);  // switched: no wait (spec §3 step 7)
+        auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 2);
+        if (api == api_kind::openai_completions) {
+            CHECK(reqs[0].authorization == "Bearer key-one");
+            CHECK(reqs[1].authorization == "Bearer key-two");
+        } else {
+            CHECK(reqs[0].x_api_key == "key-one");
+            CHECK(reqs[1].x_api_key == "key-two");
+        }
+        const std::int64_t hint = api == api_kind::openai_completions ? 1'800'000 : 3'600'000;
+        CHECK(auth->blocked_until("fake", 0) == now + hint);
+        CHECK(json::parse(read_text(d.path / "auth.json")).at("fake").at(0).at("blockedUntil") == now + hint);
+    }
+}
+
+TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays the backoff", "[http][loopback][session][auth]") {
+    const std::string script =
+        R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},{"text":"ok"}])";
+    for (bool honor : {false, true}) {
+        INFO("honorRetryAfter " << honor);
+        temp_dir d;
+        write_text(d.path / "auth.json", R"({"fake":[{"type":"api_key","key":"only-key"}]})");
+        const std::int64_t now = wall_clock_ms();
+        auto auth = std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
+        auto cfg = fast_settings(50);
+        cfg.retry.honor_retry_after = honor;
+        session_loopback t(script, api_kind::openai_completions, cfg, [&](http_provider_options& o) { o.auth = auth; });
+        t.prompt("hi");
+        CHECK(t.result->outcome == prompt_result::status::succeeded);
+        auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 1);
+        CHECK(starts[0].at("errorMessage") == "429 The usage limit has been reached retry-after-ms=1000");
+        CHECK(starts[0].at("delayMs") == (honor ? 1000 : 50));  // max(backoff, hint) only when honoured
+        CHECK(auth->blocked_until("fake", 0) == now + 1000);
+        auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 2);
+        CHECK(reqs[1].authorization == "Bearer only-key");  // nothing else to use
+    }
+}
+
+TEST_CASE("loopback: abort during a stream ends the prompt promptly as aborted", "[http][loopback][session]") {
+    session_loopback t(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"never"}])",
+                       api_kind::anthropic_messages, fast_settings());
+    t.start("hi");
+    REQUIRE(t.lb.run_until([&] { return !t.of("message_update").empty(); }));
+    const auto t0 = std::chrono::steady_clock::now();
+    t.session->abort();
+    REQUIRE(t.lb.run_until([&] { return t.result.has_value(); }, 3s));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    CHECK(t.result->outcome == prompt_result::status::aborted);
+    CHECK(t.result->last_assistant->stop == stop_reason::aborted);
+    CHECK(t.of("auto_retry_start").empty());
+    CHECK(t.lb.server->request_count() == 1);
+}

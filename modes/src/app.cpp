@@ -2,6 +2,11 @@
 
 #include <boost/json/parse.hpp>
 
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/providers/http_provider.hpp>
+#include <coagent/providers/models_config.hpp>
+
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <fstream>
@@ -21,27 +26,54 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     }
     for (const auto& w : store_.warnings()) std::cerr << "warning: " << w.message() << "\n";
 
-    if (opts_.provider != "faux")
-        throw config_error("provider \"" + opts_.provider +
-                           "\" is not available in this build: only the embedded \"faux\" provider "
-                           "exists so far (HTTP providers are a later feature)");
-    if (!opts_.model.empty() && opts_.model != "faux")
-        throw config_error("model \"" + opts_.model + "\" not found for provider faux (it has: faux)");
-    faux_options fo;
-    if (opts_.faux_script) {
+    if (opts_.provider == "faux") {
+        if (!opts_.model.empty() && opts_.model != "faux")
+            throw config_error("model \"" + opts_.model + "\" not found for provider faux (it has: faux)");
+        faux_options fo;
+        if (opts_.faux_script) {
+            try {
+                fo.script = faux_script::from_argument(*opts_.faux_script);
+            } catch (const faux_script_error& e) {
+                throw config_error(e.what());
+            }
+        }
+        fo.context_window = opts_.faux_context_window;
+        fo.log_file = opts_.faux_log;
+        fo.stream_idle_timeout_ms = store_.current().provider.stream_idle_timeout_ms;
         try {
-            fo.script = faux_script::from_argument(*opts_.faux_script);
-        } catch (const faux_script_error& e) {
+            provider_ = std::make_shared<faux_provider>(std::move(fo));
+        } catch (const std::system_error& e) {
             throw config_error(e.what());
         }
+        return;
     }
-    fo.context_window = opts_.faux_context_window;
-    fo.log_file = opts_.faux_log;
-    fo.stream_idle_timeout_ms = store_.current().provider.stream_idle_timeout_ms;
+
+    // An HTTP provider from models.json (+ the built-in openai / anthropic), keys from auth.json,
+    // models.json or the environment (docs/providers.md).
+    const fs::path models_file = dir_ / "models.json";
+    const fs::path auth_file = dir_ / "auth.json";
+    models_config models;
+    std::shared_ptr<file_auth_storage> auth;
+    http_provider_options ho;
     try {
-        provider_ = std::make_shared<faux_provider>(std::move(fo));
-    } catch (const std::system_error& e) {
+        models = models_config::load(models_file);
+        auto auth_log = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+        auth = std::make_shared<file_auth_storage>(auth_file, nullptr, std::move(auth_log));
+        ho = models.provider_options(opts_.provider, opts_.model, store_.current().provider);
+    } catch (const settings_error& e) {
         throw config_error(e.what());
+    } catch (const model_selection_error& e) {
+        throw config_error(e.what());
+    }
+    const provider_entry& entry = *models.find(opts_.provider);
+    if (ho.api_key.empty() && auth->credential_count(opts_.provider) == 0 && entry.builtin)
+        throw config_error("no API key for provider " + entry.name + ": set " + entry.env_key + ", or add one to " +
+                           auth_file.string() + " or " + models_file.string());
+    ho.auth = auth;
+    try {
+        provider_ = std::make_shared<http_provider>(std::move(ho));
+    } catch (const http_provider_error& e) {
+        throw config_error(models_file.string() + ": provider " + entry.name + ": " + e.what());
     }
 }
 
@@ -76,6 +108,7 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume) {
     session_options so;
     so.executor = io_.get_executor();
     so.model_provider = provider_;
+    if (auto http = std::dynamic_pointer_cast<http_provider>(provider_)) so.auth = http->auth();
     so.config = store_.current();
     so.cwd = fs::current_path().string();
     if (!opts_.no_session) so.session_dir = sessions_dir();

@@ -415,6 +415,8 @@ http_provider::~http_provider() {
 
 model_info http_provider::model() const { return impl_->opts.model; }
 
+std::shared_ptr<auth_storage> http_provider::auth() const { return impl_->opts.auth; }
+
 std::size_t http_provider::idle_connections() const {
     std::lock_guard lock(impl_->mutex);
     return impl_->idle.size();

@@ -64,6 +64,10 @@ public:
     boost::asio::awaitable<void> stream(const provider_request& req, message& out,
                                         stream_observer& observer, abort_signal& abort) override;
 
+    /// The auth storage the provider asks for keys (the session's usage-limit path should use
+    /// the same one); null if none.
+    std::shared_ptr<auth_storage> auth() const;
+
     /// Idle connections currently pooled (tests).
     std::size_t idle_connections() const;
     /// Connections opened so far (tests: keep-alive reuse).

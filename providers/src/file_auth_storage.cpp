@@ -1,0 +1,401 @@
+// auth.json: credentials per provider with persisted usage-limit blocks; atomic, locked writes.
+
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/runtime/message.hpp>
+#include <coagent/session/settings_store.hpp>
+
+#include <boost/json/parser.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace coagent {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct fd_guard {
+    int fd = -1;
+    ~fd_guard() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+std::string errno_text(int e) { return std::generic_category().message(e); }
+
+std::string found_text(const json::value& v) {
+    std::string s = json::serialize(v);
+    if (s.size() > 80) s = s.substr(0, 77) + "...";
+    return s;
+}
+
+// The file's bytes; nullopt if it does not exist. Throws settings_error on other errors.
+std::optional<std::string> read_all(const fs::path& p) {
+    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0) {
+        if (errno == ENOENT) return std::nullopt;
+        const int e = errno;
+        throw settings_error(p.string(), "", "a readable file", errno_text(e), p.string() + ": cannot read it: " + errno_text(e));
+    }
+    std::string text;
+    char buf[8192];
+    for (;;) {
+        const ssize_t n = ::read(f.fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int e = errno;
+            throw settings_error(p.string(), "", "a readable file", errno_text(e), p.string() + ": cannot read it: " + errno_text(e));
+        }
+        if (n == 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    return text;
+}
+
+json::object parse_root(std::string_view text, const std::string& label) {
+    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return {};
+    json::parser p;
+    boost::system::error_code ec;
+    const std::size_t offset = p.write(text.data(), text.size(), ec);
+    if (ec) {
+        std::size_t line = 1, col = 1;
+        for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+            if (text[i] == '\n') {
+                ++line;
+                col = 1;
+            } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+                ++col;
+            }
+        }
+        settings_error e(label, "", "valid JSON", ec.message(),
+                         label + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON: " + ec.message());
+        e.line = line;
+        e.column = col;
+        throw e;
+    }
+    json::value v = p.release();
+    if (!v.is_object()) throw settings_error(label, "", "a JSON object of providers", found_text(v));
+    return std::move(v.get_object());
+}
+
+// The credential objects of one provider's value (an object or an array of objects).
+std::vector<json::object*> credential_objects(json::value& v, const std::string& label, const std::string& provider) {
+    std::vector<json::object*> out;
+    if (v.is_object()) {
+        out.push_back(&v.get_object());
+        return out;
+    }
+    if (!v.is_array()) throw settings_error(label, provider, "a credential object or an array of them", found_text(v));
+    auto& a = v.get_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!a[i].is_object())
+            throw settings_error(label, provider + "[" + std::to_string(i) + "]", "a credential object", found_text(a[i]));
+        out.push_back(&a[i].get_object());
+    }
+    return out;
+}
+
+std::string cred_key(const std::string& provider, std::size_t i, bool array, std::string_view field) {
+    return provider + (array ? "[" + std::to_string(i) + "]" : std::string()) + "." + std::string(field);
+}
+
+void append_pretty(std::string& out, const json::value& v, int depth) {
+    const auto indent = [&](int d) {
+        out += '\n';
+        out.append(static_cast<std::size_t>(2 * d), ' ');
+    };
+    if (v.is_object()) {
+        const auto& o = v.get_object();
+        if (o.empty()) {
+            out += "{}";
+            return;
+        }
+        out += '{';
+        bool first = true;
+        for (const auto& kv : o) {
+            if (!first) out += ',';
+            first = false;
+            indent(depth + 1);
+            out += json::serialize(json::value(kv.key()));
+            out += ": ";
+            append_pretty(out, kv.value(), depth + 1);
+        }
+        indent(depth);
+        out += '}';
+    } else if (v.is_array()) {
+        const auto& a = v.get_array();
+        if (a.empty()) {
+            out += "[]";
+            return;
+        }
+        out += '[';
+        bool first = true;
+        for (const auto& x : a) {
+            if (!first) out += ',';
+            first = false;
+            indent(depth + 1);
+            append_pretty(out, x, depth + 1);
+        }
+        indent(depth);
+        out += ']';
+    } else {
+        out += json::serialize(v);
+    }
+}
+
+std::atomic<unsigned> temp_counter{0};
+
+// Replaces `path` with `content` atomically (temporary file in the same directory, fsync,
+// rename, fsync of the directory), mode 0600: credentials are the owner's only.
+void write_atomically(const fs::path& path, const std::string& content) {
+    const std::string label = path.string();
+    auto io_error = [&](const std::string& what, int e) {
+        return settings_error(label, "", "a writable file", errno_text(e), label + ": cannot " + what + ": " + errno_text(e));
+    };
+    fs::path dir = path.parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::path temp;
+    fd_guard f;
+    for (int attempt = 0; f.fd < 0; ++attempt) {
+        temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+                      std::to_string(temp_counter.fetch_add(1)));
+        f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (f.fd < 0 && (errno != EEXIST || attempt >= 100)) throw io_error("create " + temp.string(), errno);
+    }
+    bool ok = false;
+    struct remove_temp {
+        const fs::path& p;
+        const bool& ok;
+        ~remove_temp() {
+            if (!ok) ::unlink(p.c_str());
+        }
+    } guard{temp, ok};
+    (void)::fchmod(f.fd, 0600);  // regardless of the umask
+    std::string_view rest = content;
+    while (!rest.empty()) {
+        const ssize_t n = ::write(f.fd, rest.data(), rest.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw io_error("write " + temp.string(), errno);
+        }
+        rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (::fsync(f.fd) != 0) throw io_error("fsync " + temp.string(), errno);
+    if (::close(std::exchange(f.fd, -1)) != 0) throw io_error("close " + temp.string(), errno);
+    if (::rename(temp.c_str(), path.c_str()) != 0) throw io_error("replace it", errno);
+    ok = true;
+    fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd >= 0) (void)::fsync(d.fd);
+}
+
+std::string stamp_of(const fs::path& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return "missing";
+    return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
+           "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+// An exclusive flock on "<file>.lock" for the scope (best effort: a failure is reported).
+struct file_lock {
+    fd_guard fd;
+    std::string error;
+    explicit file_lock(const fs::path& file) {
+        const fs::path lock = fs::path(file.string() + ".lock");
+        std::error_code ec;
+        fs::create_directories(lock.parent_path().empty() ? fs::path(".") : lock.parent_path(), ec);
+        fd.fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd.fd < 0) {
+            error = lock.string() + ": " + errno_text(errno);
+            return;
+        }
+        while (::flock(fd.fd, LOCK_EX) != 0) {
+            if (errno == EINTR) continue;
+            error = lock.string() + ": " + errno_text(errno);
+            return;
+        }
+    }
+};
+
+}  // namespace
+
+// The api_key credentials of a parsed auth.json, validated.
+static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> credentials_of(
+    json::object& root, const std::string& label) {
+    std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> out;
+    for (auto& kv : root) {
+        const std::string provider(kv.key());
+        const bool array = kv.value().is_array();
+        auto objs = credential_objects(kv.value(), label, provider);
+        auto& list = out[provider];
+        for (std::size_t i = 0; i < objs.size(); ++i) {
+            json::object& c = *objs[i];
+            const auto* type = c.if_contains("type");
+            if (type && !type->is_string())
+                throw settings_error(label, cred_key(provider, i, array, "type"), "a string", found_text(*type));
+            if (type && type->get_string() != "api_key") continue;  // oauth etc.: kept, not used
+            const auto* key = c.if_contains("key");
+            if (!key || !key->is_string() || key->get_string().empty())
+                throw settings_error(label, cred_key(provider, i, array, "key"), "a non-empty string",
+                                     key ? found_text(*key) : "nothing (missing)");
+            std::int64_t blocked = 0;
+            if (const auto* b = c.if_contains("blockedUntil")) {
+                if (b->is_int64() && b->get_int64() >= 0)
+                    blocked = b->get_int64();
+                else if (!b->is_null())
+                    throw settings_error(label, cred_key(provider, i, array, "blockedUntil"),
+                                         "an epoch time in ms (a non-negative integer)", found_text(*b));
+            }
+            list.emplace_back(std::string(key->get_string()), blocked);
+        }
+    }
+    return out;
+}
+
+file_auth_storage::file_auth_storage(fs::path file, std::function<std::int64_t()> now_ms,
+                                     std::shared_ptr<spdlog::logger> logger)
+    : file_(std::move(file)),
+      now_ms_(now_ms ? std::move(now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
+      logger_(std::move(logger)) {
+    std::lock_guard lock(mutex_);
+    const std::string stamp = stamp_of(file_);
+    auto text = read_all(file_);
+    json::object root = text ? parse_root(*text, file_.string()) : json::object();
+    for (auto& [provider, list] : credentials_of(root, file_.string()))
+        for (auto& [key, blocked] : list) creds_[provider].push_back({key, blocked});
+    stamp_ = stamp;
+}
+
+void file_auth_storage::refresh_locked() {
+    const std::string stamp = stamp_of(file_);
+    if (stamp == stamp_) return;
+    try {
+        auto text = read_all(file_);
+        json::object root = text ? parse_root(*text, file_.string()) : json::object();
+        table fresh;
+        for (auto& [provider, list] : credentials_of(root, file_.string()))
+            for (auto& [key, blocked] : list) fresh[provider].push_back({key, blocked});
+        creds_ = std::move(fresh);
+        stamp_ = stamp;
+    } catch (const settings_error& e) {
+        if (logger_) logger_->error("{} (using the credentials read before)", e.what());
+        stamp_ = stamp;  // report a broken version once
+    }
+}
+
+std::size_t file_auth_storage::pick(const std::vector<credential>& creds, std::int64_t now) {
+    std::size_t best = 0;
+    for (std::size_t i = 0; i < creds.size(); ++i) {
+        if (creds[i].blocked_until <= now) return i;
+        if (creds[i].blocked_until < creds[best].blocked_until) best = i;
+    }
+    return best;  // all blocked: the one free soonest
+}
+
+std::string file_auth_storage::api_key(std::string_view provider, std::string_view session_id) {
+    std::lock_guard lock(mutex_);
+    refresh_locked();
+    auto it = creds_.find(provider);
+    if (it == creds_.end() || it->second.empty()) return {};
+    const std::string k = std::string(provider) + '\n' + std::string(session_id);
+    if (auto u = in_use_.find(k); u != in_use_.end()) {
+        for (const auto& c : it->second)
+            if (c.key == u->second) return c.key;
+        // the key left the file: choose again
+    }
+    const auto& chosen = it->second[pick(it->second, now_ms_())];
+    in_use_[k] = chosen.key;
+    return chosen.key;
+}
+
+bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
+                                                 std::optional<std::int64_t> retry_after_ms) {
+    std::lock_guard lock(mutex_);
+    const std::string k = std::string(provider) + '\n' + std::string(session_id);
+    auto u = in_use_.find(k);
+    if (u == in_use_.end()) return false;  // the session used no stored credential
+    const std::int64_t now = now_ms_();
+    const std::int64_t hint = std::max<std::int64_t>(retry_after_ms.value_or(default_block_ms), 0);
+    const std::int64_t until = hint > INT64_MAX - now ? INT64_MAX : now + hint;
+
+    file_lock flock_guard(file_);
+    if (!flock_guard.error.empty() && logger_)
+        logger_->warn("cannot lock {}: {} (writing without the lock)", file_.string(), flock_guard.error);
+    try {
+        auto text = read_all(file_);
+        json::object root = text ? parse_root(*text, file_.string()) : json::object();
+        credentials_of(root, file_.string());  // validates before we write anything
+        bool found = false;
+        if (auto* pv = root.if_contains(provider)) {
+            for (auto* c : credential_objects(*pv, file_.string(), std::string(provider))) {
+                const auto* type = c->if_contains("type");
+                const auto* key = c->if_contains("key");
+                if ((type && type->get_string() != "api_key") || !key || key->get_string() != u->second) continue;
+                std::int64_t old = 0;
+                if (const auto* b = c->if_contains("blockedUntil"); b && b->is_int64()) old = b->get_int64();
+                (*c)["blockedUntil"] = std::max(old, until);
+                found = true;
+                break;
+            }
+        }
+        if (found) {
+            std::string out;
+            append_pretty(out, json::value(root), 0);
+            out += '\n';
+            write_atomically(file_, out);
+            table fresh;
+            for (auto& [p, list] : credentials_of(root, file_.string()))
+                for (auto& [key, blocked] : list) fresh[p].push_back({key, blocked});
+            creds_ = std::move(fresh);
+            stamp_ = stamp_of(file_);
+        } else if (logger_) {
+            logger_->warn("{}: the credential in use for {} is no longer in the file; not blocked", file_.string(),
+                          provider);
+        }
+    } catch (const settings_error& e) {
+        // keep going in memory: the block still holds for this process
+        if (logger_) logger_->error("cannot record the usage limit in {}: {}", file_.string(), e.what());
+        if (auto it = creds_.find(provider); it != creds_.end())
+            for (auto& c : it->second)
+                if (c.key == u->second) c.blocked_until = std::max(c.blocked_until, until);
+    }
+
+    auto it = creds_.find(provider);
+    if (it == creds_.end()) return false;
+    for (const auto& c : it->second)
+        if (c.key != u->second && c.blocked_until <= now) {
+            u->second = c.key;  // the next request uses it
+            return true;
+        }
+    return false;
+}
+
+std::size_t file_auth_storage::credential_count(std::string_view provider) {
+    std::lock_guard lock(mutex_);
+    refresh_locked();
+    auto it = creds_.find(provider);
+    return it == creds_.end() ? 0 : it->second.size();
+}
+
+std::int64_t file_auth_storage::blocked_until(std::string_view provider, std::size_t index) {
+    std::lock_guard lock(mutex_);
+    refresh_locked();
+    auto it = creds_.find(provider);
+    if (it == creds_.end() || index >= it->second.size()) return 0;
+    return it->second[index].blocked_until;
+}
+
+}  // namespace coagent
