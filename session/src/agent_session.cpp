@@ -213,8 +213,10 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming
             next_step step = finish_run(std::move(out), overflow_recovered);
             if (step.wait) {
                 machine_.begin_wait();
-                const bool elapsed = step.delay_ms <= 0 ? co_await post_continue()
-                                                        : co_await backoff_->wait(delay_to_duration(step.delay_ms));
+                // awaited directly (no wrapper frame): a parked session stays small
+                const bool elapsed = step.delay_ms <= 0
+                                         ? co_await post_continue()
+                                         : !std::get<0>(co_await backoff_->async_wait(delay_to_duration(step.delay_ms)));
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
             } else if (step.compact) {

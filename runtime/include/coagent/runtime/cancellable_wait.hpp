@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <tuple>
 
 namespace coagent {
 
@@ -30,13 +31,26 @@ public:
 
     /// Completes with true when `d` elapsed, false when cancel() (or terminal cancellation of
     /// the awaiting coroutine) ended it first. Runs on the executor given at construction; the
-    /// object must outlive the wait. A zero duration arms no timer: it posts and completes.
-    /// A cancel() that lands after the timer fired but before resumption is not seen here:
-    /// callers keep a sticky flag (conventions.md) and check it after resuming.
-    virtual asio::awaitable<bool> wait(std::chrono::nanoseconds d) = 0;
+    /// object must outlive the wait. A non-positive duration arms no timer: it posts and
+    /// completes with true. A cancel() that lands after the timer fired but before resumption
+    /// is not seen here: callers keep a sticky flag (conventions.md) and check it after resuming.
+    asio::awaitable<bool> wait(std::chrono::nanoseconds d) {
+        if (d <= std::chrono::nanoseconds::zero()) {
+            co_await asio::post(executor(), asio::use_awaitable);
+            co_return true;
+        }
+        auto [ec] = co_await async_wait(d);
+        co_return !ec;
+    }
+
+    /// The timer wait itself (d > 0), without a coroutine frame of its own: callers that keep
+    /// many parked waits await this directly. Completes with operation_aborted on cancel().
+    virtual asio::awaitable<std::tuple<boost::system::error_code>> async_wait(std::chrono::nanoseconds d) = 0;
 
     /// Cancels the wait in progress, if any. No effect when nothing waits.
     virtual void cancel() noexcept = 0;
+
+    virtual asio::any_io_executor executor() = 0;
 };
 
 template <typename Timer>
@@ -44,18 +58,15 @@ class basic_cancellable_wait final : public cancellable_wait {
 public:
     explicit basic_cancellable_wait(asio::any_io_executor ex) : timer_(std::move(ex)) {}
 
-    asio::awaitable<bool> wait(std::chrono::nanoseconds d) override {
-        if (d <= std::chrono::nanoseconds::zero()) {
-            co_await asio::post(timer_.get_executor(), asio::use_awaitable);
-            co_return true;
-        }
+    asio::awaitable<std::tuple<boost::system::error_code>> async_wait(std::chrono::nanoseconds d) override {
         timer_.expires_after(std::chrono::duration_cast<typename Timer::duration>(d));
-        auto [ec] = co_await timer_.async_wait(
+        return timer_.async_wait(
             asio::bind_cancellation_slot(signal_.slot(), asio::as_tuple(asio::use_awaitable)));
-        co_return !ec;
     }
 
     void cancel() noexcept override { signal_.emit(asio::cancellation_type::terminal); }
+
+    asio::any_io_executor executor() override { return timer_.get_executor(); }
 
 private:
     Timer timer_;
