@@ -21,6 +21,12 @@ std::shared_ptr<spdlog::logger> default_logger() {
     return l;
 }
 
+// model_summarizer is stateless: one instance serves every session
+std::shared_ptr<compaction_hook> default_summarizer() {
+    static const auto s = std::make_shared<model_summarizer>();
+    return s;
+}
+
 constexpr const char* busy_text =
     "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
     "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
@@ -80,7 +86,7 @@ agent_session::agent_session(session_options o)
       config_(o.config),
       clock_(o.clock),
       auth_(std::move(o.auth)),
-      compaction_(o.compaction ? std::move(o.compaction) : std::make_shared<model_summarizer>()),
+      compaction_(o.compaction ? std::move(o.compaction) : default_summarizer()),
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
       system_prompt_(std::move(o.system_prompt)) {
