@@ -307,6 +307,26 @@ json::value openai_choice(json::object delta, const char* finish) {
     return a;
 }
 
+// One event per piece from a template event whose piece is piece_marker (serialised once;
+// only the piece is escaped per chunk: the server stays fast for long streams).
+constexpr std::string_view piece_marker = "@@fakellm-piece@@";
+
+void fill_chunks(const std::string& tmpl, const std::vector<std::string>& pieces, std::vector<std::string>& out) {
+    const std::string quoted = "\"" + std::string(piece_marker) + "\"";
+    const auto at = tmpl.find(quoted);
+    const std::string_view head = std::string_view(tmpl).substr(0, at);
+    const std::string_view tail = std::string_view(tmpl).substr(at + quoted.size());
+    out.reserve(pieces.size());
+    for (const auto& piece : pieces) {
+        std::string e;
+        e.reserve(head.size() + piece.size() + 8 + tail.size());
+        e += head;
+        e += json::serialize(json::value(json::string_view(piece)));
+        e += tail;
+        out.push_back(std::move(e));
+    }
+}
+
 }  // namespace
 
 stream_plan plan_stream(const step& s, api kind, const std::string& model, std::int64_t input_tokens,
@@ -343,11 +363,11 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model, std::
             c["choices"] = openai_choice(std::move(delta), nullptr);
             p.head.push_back(data_line(c));
         }
-        for (const auto& piece : pieces) {
+        {
             json::object delta;
             if (tool) {
                 json::object fn;
-                fn["arguments"] = piece;
+                fn["arguments"] = piece_marker;
                 json::object tc;
                 tc["index"] = 0;
                 tc["function"] = std::move(fn);
@@ -355,11 +375,11 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model, std::
                 tcs.push_back(std::move(tc));
                 delta["tool_calls"] = std::move(tcs);
             } else {
-                delta["content"] = piece;
+                delta["content"] = piece_marker;
             }
             auto c = openai_chunk(id, model);
             c["choices"] = openai_choice(std::move(delta), nullptr);
-            p.chunks.push_back(data_line(c));
+            fill_chunks(data_line(c), pieces, p.chunks);
         }
         if (s.type == step::kind::sse_error) {
             json::object err;
@@ -437,20 +457,20 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model, std::
         ping["type"] = "ping";
         p.head.push_back(event_block("ping", ping));
     }
-    for (const auto& piece : pieces) {
+    {
         json::object delta;
         if (tool) {
             delta["type"] = "input_json_delta";
-            delta["partial_json"] = piece;
+            delta["partial_json"] = piece_marker;
         } else {
             delta["type"] = "text_delta";
-            delta["text"] = piece;
+            delta["text"] = piece_marker;
         }
         json::object ev;
         ev["type"] = "content_block_delta";
         ev["index"] = 0;
         ev["delta"] = std::move(delta);
-        p.chunks.push_back(event_block("content_block_delta", ev));
+        fill_chunks(event_block("content_block_delta", ev), pieces, p.chunks);
     }
     if (s.type == step::kind::sse_error) {
         json::object err;

@@ -250,20 +250,32 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
         (void)n;
         if (ec) co_return false;
     }
-    for (const auto& e : plan.head)
-        if (!co_await write_chunk(stream, e)) co_return false;
+    // Events are written in batches (one HTTP chunk each, up to 64 KiB); a batch is flushed
+    // exactly at a cut or a stall, so the client has seen N content events when it happens.
+    constexpr std::size_t batch_limit = 64 * 1024;
+    std::string batch;
+    for (const auto& e : plan.head) batch += e;
     for (std::size_t i = 0; i <= plan.chunks.size(); ++i) {
-        if (s->cut_after_chunks && static_cast<std::size_t>(*s->cut_after_chunks) == i) {
+        const bool cut = s->cut_after_chunks && static_cast<std::size_t>(*s->cut_after_chunks) == i;
+        const bool stall = s->stall_after_chunks && static_cast<std::size_t>(*s->stall_after_chunks) == i;
+        if ((cut || stall) && !batch.empty()) {
+            if (!co_await write_chunk(stream, batch)) co_return false;
+            batch.clear();
+        }
+        if (cut) {
             c->close();  // the connection drops mid-stream
             co_return false;
         }
-        if (s->stall_after_chunks && static_cast<std::size_t>(*s->stall_after_chunks) == i)
-            if (!co_await pause(self, *c, s->stall_ms)) co_return false;
+        if (stall && !co_await pause(self, *c, s->stall_ms)) co_return false;
         if (i == plan.chunks.size()) break;
-        if (!co_await write_chunk(stream, plan.chunks[i])) co_return false;
+        batch += plan.chunks[i];
+        if (batch.size() >= batch_limit) {
+            if (!co_await write_chunk(stream, batch)) co_return false;
+            batch.clear();
+        }
     }
-    for (const auto& e : plan.tail)
-        if (!co_await write_chunk(stream, e)) co_return false;
+    for (const auto& e : plan.tail) batch += e;
+    if (!co_await write_chunk(stream, batch)) co_return false;
     if (s->type == step::kind::sse_error) {
         // the stream ends after an error event: terminate the body properly, then close
         auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), tuple_awaitable);
