@@ -427,6 +427,8 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
         busy ==
         obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
     CHECK(p.call("ns", "new_session").at("success") == false);
+    CHECK(p.call("k", "compact").at("error") ==
+          "Agent is busy: compact when the session is idle (after agent_settled).");
     CHECK(p.call("p3", "prompt", {{"message", "later"}, {"streamingBehavior", "followUp"}})
               .at("success") == true);
     CHECK(p.call("f1", "follow_up", {{"message", "later too"}}).at("success") == true);
@@ -473,9 +475,11 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
         env.settings() ==
         obj(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true,"compaction":{"enabled":false}})"));
 
-    CHECK(
-        p.call("k", "compact") ==
-        obj(R"({"id":"k","type":"response","command":"compact","success":false,"error":"compact is not supported yet"})"));
+    auto k = p.call("k", "compact");  // an empty session: nothing to summarise
+    CHECK(k.at("success") == false);
+    CHECK(k.at("error") ==
+          "Nothing to compact: the conversation is already within compaction.keepRecentTokens "
+          "(20000 tokens)");
     CHECK(p.call("k2", "compact", {{"customInstructions", 3}}).at("error") ==
           R"(Field "customInstructions" must be a string, found number 3)");
 
@@ -508,6 +512,41 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
                            "global settings failed: "));
     CHECK(read_file(env.settings_file()) == "{not json");
     CHECK(p.call("s3", "get_state").at("data").at("autoRetryEnabled") == false);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE(
+    "rpc mode: compact summarises the context and answers with the result after compaction_end",
+    "[rpc][process]") {
+    rpc_env env(R"({"compaction":{"keepRecentTokens":0}})");
+    rpc_process p(env, fa({}, R"([{"text":"one"},{"text":"two"},{"text":"SUMMARY"}])"));
+    p.next();
+    for (const char* m : {"first", "second"}) {
+        p.call(m, "prompt", {{"message", m}});
+        p.next_of("agent_settled");
+    }
+    const auto from = p.position();
+    auto r = p.call("k", "compact", {{"customInstructions", "keep it short"}});
+    CHECK(r.at("success") == true);
+    const auto& data = r.at("data").as_object();
+    CHECK(keys(data) == std::set<std::string>{"summary", "firstKeptEntryId", "tokensBefore"});
+    CHECK(data.at("summary") == "SUMMARY");
+    CHECK(data.at("firstKeptEntryId").is_null());  // keepRecentTokens 0: everything summarised
+    CHECK(data.at("tokensBefore").as_int64() > 0);
+    auto lines = p.since(from);  // the events come before the response
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0] == obj(R"({"type":"compaction_start","reason":"manual"})"));
+    json::object end =
+        obj(R"({"type":"compaction_end","reason":"manual","aborted":false,"willRetry":false})");
+    end["result"] = data;
+    CHECK(lines[1] == end);
+    CHECK(lines[2].at("type") == "response");
+    auto msgs = p.call("m", "get_messages").at("data").at("messages").as_array();
+    REQUIRE(msgs.size() == 1);
+    CHECK(msgs[0].at("content").at(0).at("text") ==
+          "The conversation so far, summarized:\nSUMMARY");
+    CHECK(p.call("s", "get_state").at("data").at("isCompacting") == false);
     p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }
@@ -754,8 +793,8 @@ TEST_CASE(
     run_co(io, c.set_auto_compaction(false));
     run_co(io, c.set_auto_retry(false));
     CHECK(env.settings().at("retry").at("enabled") == false);
-    CHECK(expect_rpc_error([&] { run_co(io, c.compact()); }).what() ==
-          std::string("compact is not supported yet"));
+    CHECK(std::string(expect_rpc_error([&] { run_co(io, c.compact()); }).what())
+              .starts_with("Nothing to compact"));
     run_co(io, c.abort_retry());
     run_co(io, c.abort());
     CHECK(run_co(io, c.new_session()) == false);

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstring>
 #include <system_error>
+#include <variant>
 
 namespace coagent {
 
@@ -97,8 +98,12 @@ class rpc_server {
     void attach(std::shared_ptr<agent_session> s) {
         sub_.reset();
         session_ = std::move(s);
-        sub_ =
-            session_->subscribe([this](const event& e) { write_line(rpc::to_line(to_json(e))); });
+        sub_ = session_->subscribe([this](const event& e) {
+            if (const auto* end = std::get_if<compaction_end_event>(&e);
+                end && end->reason == "manual")
+                last_manual_compaction_ = *end;  // the compact command's result
+            write_line(rpc::to_line(to_json(e)));
+        });
     }
 
     /// Busy for a prompt: streaming, in a retry backoff, or a prompt accepted that has not
@@ -123,6 +128,43 @@ class rpc_server {
         prompt_result r = co_await s->prompt(std::move(text), b);
         if (r.outcome == prompt_result::status::refused)
             log_->warn("rpc mode: an accepted prompt was refused by the session: {}", r.error);
+    }
+
+    /// compact answers when the compaction has ended (after its compaction_end event); other
+    /// commands are handled meanwhile (abort cancels it).
+    void launch_compact(const rpc::command& c) {
+        ++launching_;
+        ++tasks_;
+        auto done = [this, id = c.id](std::exception_ptr e) {
+            --tasks_;
+            if (e) {
+                log_exception("compact", e);
+                respond(rpc::error_response(id, "compact", "compaction failed unexpectedly"));
+            }
+            maybe_finish();
+        };
+        asio::co_spawn(io_, run_compact(session_, c.id, c.custom_instructions.value_or("")),
+                       std::move(done));
+    }
+
+    asio::awaitable<void> run_compact(std::shared_ptr<agent_session> s,
+                                      std::optional<json::value> id, std::string instructions) {
+        --launching_;
+        if (shutting_down_) {
+            respond(rpc::error_response(id, "compact", "coagent is shutting down"));
+            co_return;
+        }
+        last_manual_compaction_.reset();
+        compact_result r = co_await s->compact(std::move(instructions));
+        std::optional<compaction_end_event> end = std::move(last_manual_compaction_);
+        last_manual_compaction_.reset();
+        if (r.ok && end && end->result) {
+            respond(rpc::success_response(id, "compact", *end->result));
+            co_return;
+        }
+        std::string error = r.error.empty() ? std::string("Compaction failed") : r.error;
+        if (end && end->error_message) error = *end->error_message;  // the specific reason
+        respond(rpc::error_response(id, "compact", error));
     }
 
     void log_exception(const char* what, const std::exception_ptr& e) {
@@ -224,7 +266,7 @@ class rpc_server {
                     persist(c, "compaction.enabled");
                     return;
                 case k::compact:
-                    fail(c, "compact is not supported yet");
+                    launch_compact(c);
                     return;
                 case k::get_state:
                     ok(c, state());
@@ -496,6 +538,7 @@ class rpc_server {
     bool finished_ = false;
     int exit_code_ = 0;
     std::optional<std::string> session_name_;
+    std::optional<compaction_end_event> last_manual_compaction_;
 };
 
 }  // namespace
