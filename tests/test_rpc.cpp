@@ -489,6 +489,8 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     CHECK(
         p.call("m2", "set_model", {{"provider", "nope"}, {"modelId", "nope"}}) ==
         obj(R"({"id":"m2","type":"response","command":"set_model","success":false,"error":"Model not found: nope/nope"})"));
+    CHECK(p.call("m4", "set_model", {{"provider", "openai"}, {"modelId", "gpt-4o"}}).at("error") ==
+          "Switching models at runtime is not supported yet: start coagent with --model openai/gpt-4o");
     CHECK(p.call("m3", "set_model", {{"provider", "faux"}}).at("error") ==
           R"(Missing field "modelId" (a string))");
     auto models = p.call("am", "get_available_models").at("data").at("models").as_array();

@@ -1,5 +1,6 @@
 #include <coagent/modes/rpc_mode.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
+#include <coagent/providers/models_config.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -291,7 +292,11 @@ class rpc_server {
                 case k::set_model: {
                     const model_info m = session_->model();
                     if (c.provider != m.provider || c.model_id != m.id) {
-                        fail(c, "Model not found: " + c.provider + "/" + c.model_id);
+                        fail(c, configured_model(c.provider, c.model_id)
+                                    ? "Switching models at runtime is not supported yet: start "
+                                      "coagent with --model " +
+                                          c.provider + "/" + c.model_id
+                                    : "Model not found: " + c.provider + "/" + c.model_id);
                         return;
                     }
                     ok(c, to_json(m));
@@ -325,6 +330,20 @@ class rpc_server {
             log_->error("rpc mode: {} failed: {}", rpc::to_string(c.kind), e.what());
             fail(c, e.what());
         }
+    }
+
+    /// Whether $COAGENT_DIR/models.json (or the built-ins) knows this model.
+    bool configured_model(const std::string& provider, const std::string& id) const {
+        try {
+            const auto models = models_config::load(app_.dir() / "models.json");
+            const provider_entry* p = models.find(provider);
+            if (!p) return false;
+            for (const auto& m : p->models)
+                if (m.id == id) return true;
+        } catch (const std::exception& e) {
+            log_->warn("rpc mode: set_model: {}", e.what());
+        }
+        return false;
     }
 
     void persist(const rpc::command& c, std::string_view key) {
