@@ -1,0 +1,976 @@
+// Interactive mode without a terminal (issue 5): the event controller (spec §6: the retry
+// loader, the Esc handler saved and restored, the failure line), keys, UTF-8 text layout, the
+// key splitter in front of libedit, and the bottom-region renderer checked on a small
+// terminal emulator. The real terminal is tested under tmux (tests/tui/*.sh).
+
+#include <coagent/modes/tui_controller.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <clocale>
+#include <random>
+
+using namespace coagent;
+using namespace std::chrono_literals;
+using key = tui::key_decoder::key;
+using kind = transcript_item::kind;
+
+namespace {
+
+// wcwidth needs a UTF-8 LC_CTYPE (interactive mode sets one up the same way)
+const bool utf8_locale = [] {
+    return std::setlocale(LC_CTYPE, "C.UTF-8") != nullptr ||
+           std::setlocale(LC_CTYPE, "en_US.UTF-8") != nullptr;
+}();
+
+using tp = tui_controller::time_point;
+const tp t0 = tp{} + 1000h;
+
+message_ptr user_msg(std::string text) {
+    return std::make_shared<message>(make_user_message(std::move(text)));
+}
+
+message_ptr assistant_msg(std::string text, stop_reason stop = stop_reason::stop,
+                          std::optional<std::string> error = std::nullopt) {
+    auto m = std::make_shared<message>();
+    m->role = message_role::assistant;
+    if (!text.empty()) m->content.emplace_back(text_block{std::move(text)});
+    m->stop = stop;
+    m->error_message = std::move(error);
+    return m;
+}
+
+/// Drives a controller with the event sequences design.md lists.
+struct driver {
+    tui_controller c;
+    tp now = t0;
+
+    void ev(const event& e) { c.on_event(e, now); }
+    void start_prompt(const std::string& text) {
+        auto cmd = c.on_enter(text);
+        REQUIRE(cmd.type == tui_command::kind::submit);
+        ev(agent_start_event{});
+        ev(turn_start_event{});
+        auto u = user_msg(text);
+        ev(message_start_event{u});
+        ev(message_end_event{u});
+    }
+    void failed_attempt(const std::string& error, bool will_retry) {
+        auto m = assistant_msg("", stop_reason::error, error);
+        ev(message_start_event{m});
+        ev(message_end_event{m});
+        turn_end_event te;
+        te.message = m;
+        ev(te);
+        agent_end_event ae;
+        ae.will_retry = will_retry;
+        ev(ae);
+    }
+    void retry_start(int attempt, int max, std::int64_t delay_ms, const std::string& error) {
+        auto_retry_start_event s;
+        s.attempt = attempt;
+        s.max_attempts = max;
+        s.delay_ms = delay_ms;
+        s.error_message = error;
+        ev(s);
+    }
+    void retry_end(bool success, int attempt,
+                   std::optional<std::string> final_error = std::nullopt) {
+        auto_retry_end_event e;
+        e.success = success;
+        e.attempt = attempt;
+        e.final_error = std::move(final_error);
+        ev(e);
+    }
+    void stream_reply(const std::vector<std::string>& chunks, bool retried_success_at = false,
+                      int attempt = 0) {
+        std::string all;
+        for (const auto& ch : chunks) all += ch;
+        auto partial = assistant_msg("");
+        ev(message_start_event{partial});
+        for (const auto& ch : chunks) {
+            message_update_event u;
+            u.message = partial;
+            u.delta = ch;
+            ev(u);
+        }
+        auto done = assistant_msg(all);
+        ev(message_end_event{done});
+        if (retried_success_at) retry_end(true, attempt);
+        turn_end_event te;
+        te.message = done;
+        ev(te);
+        ev(agent_end_event{});
+    }
+    void settle() { ev(agent_settled_event{}); }
+    void advance(std::chrono::milliseconds d) {
+        now += d;
+        c.on_tick(now);
+    }
+    std::vector<std::string> lines(kind k) const {
+        std::vector<std::string> out;
+        for (const auto& i : c.transcript())
+            if (i.type == k) out.push_back(i.text);
+        return out;
+    }
+    bool has_line_containing(std::string_view s) const {
+        for (const auto& i : c.transcript())
+            if (i.text.find(s) != std::string::npos) return true;
+        return false;
+    }
+};
+
+}  // namespace
+
+// ---- spec §6: the loader and the Esc handler ------------------------------------------------
+
+TEST_CASE(
+    "tui: two errors then success — loader per attempt, Esc handler saved and restored, no failure "
+    "line") {
+    REQUIRE(utf8_locale);
+    driver d;
+    CHECK(d.c.escape_action() == esc_action::none);
+    CHECK(d.c.loader() == tui_controller::loader_kind::none);
+
+    d.start_prompt("hello");
+    CHECK(d.c.escape_action() == esc_action::abort);
+    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+
+    d.failed_attempt("503 Service Unavailable", true);
+    d.retry_start(1, 3, 2000, "503 Service Unavailable");
+    CHECK(d.c.escape_action() == esc_action::abort_retry);
+    CHECK(d.c.saved_escape_action() == esc_action::abort);
+    CHECK(d.c.loader() == tui_controller::loader_kind::retry);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
+    CHECK(d.c.status_text().find("503 Service Unavailable") != std::string::npos);
+    d.advance(1000ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 1s\u2026 (esc to cancel)");
+
+    d.advance(1000ms);
+    d.ev(agent_start_event{});  // the retry begins: the handler comes back
+    CHECK(d.c.escape_action() == esc_action::abort);
+    CHECK_FALSE(d.c.saved_escape_action());
+    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    d.ev(turn_start_event{});
+    d.failed_attempt("503 Service Unavailable", true);
+    d.retry_start(2, 3, 4000, "503 Service Unavailable");
+    CHECK(d.c.saved_escape_action() == esc_action::abort);  // not abort_retry (pi #578)
+    CHECK(d.c.loader_text() == "Retrying (2/3) in 4s\u2026 (esc to cancel)");
+    d.advance(4000ms);
+    d.ev(agent_start_event{});
+    d.ev(turn_start_event{});
+    d.stream_reply({"Hello", " there"}, true, 2);
+    CHECK(d.c.escape_action() == esc_action::abort);
+    d.settle();
+
+    CHECK(d.c.escape_action() == esc_action::none);
+    CHECK(d.c.loader() == tui_controller::loader_kind::none);
+    CHECK(d.lines(kind::assistant) == std::vector<std::string>{"Hello there"});
+    CHECK(d.lines(kind::user) == std::vector<std::string>{"hello"});
+    CHECK(d.lines(kind::error).empty());  // neither "Retry failed" nor a per-attempt error
+    CHECK_FALSE(d.has_line_containing("Retry failed"));
+}
+
+TEST_CASE("tui: the countdown shows ceil(seconds left) and wakes exactly when the number changes") {
+    driver d;
+    d.start_prompt("x");
+    d.failed_attempt("429 Too Many Requests", true);
+    d.retry_start(1, 3, 3000, "429 Too Many Requests");
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 3s\u2026 (esc to cancel)");
+    REQUIRE(d.c.next_wakeup());
+    CHECK(*d.c.next_wakeup() == t0 + 1000ms);
+    d.advance(999ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 3s\u2026 (esc to cancel)");
+    auto rev = d.c.revision();
+    d.advance(1ms);
+    CHECK(d.c.revision() != rev);  // the shown number changed
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 2000ms);
+    rev = d.c.revision();
+    d.advance(400ms);
+    CHECK(d.c.revision() == rev);  // nothing to redraw
+    d.advance(600ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 1s\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 3000ms);
+    d.advance(1000ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 0s\u2026 (esc to cancel)");
+    CHECK_FALSE(d.c.next_wakeup());
+
+    SECTION("a delay that is not whole seconds rounds up") {
+        driver e;
+        e.start_prompt("x");
+        e.failed_attempt("503", true);
+        e.retry_start(1, 3, 2500, "503");
+        CHECK(e.c.loader_text() == "Retrying (1/3) in 3s\u2026 (esc to cancel)");
+        CHECK(*e.c.next_wakeup() == t0 + 500ms);
+        e.advance(500ms);
+        CHECK(e.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
+    }
+    SECTION("a zero delay shows 0s and never wakes") {
+        driver e;
+        e.start_prompt("x");
+        e.failed_attempt("503", true);
+        e.retry_start(1, 3, 0, "503");
+        CHECK(e.c.loader_text() == "Retrying (1/3) in 0s\u2026 (esc to cancel)");
+        CHECK_FALSE(e.c.next_wakeup());
+    }
+}
+
+TEST_CASE(
+    "tui: Esc during the loader cancels the retry; the failure line; the input is usable after") {
+    driver d;
+    d.start_prompt("hi");
+    d.failed_attempt("503 Service Unavailable", true);
+    d.retry_start(1, 3, 3000, "503 Service Unavailable");
+    d.advance(500ms);
+    auto cmd = d.c.on_escape();
+    CHECK(cmd.type == tui_command::kind::abort_retry);
+    // the session answers abort_retry() with the end event, then settles
+    d.retry_end(false, 1, "Retry cancelled");
+    CHECK(d.c.escape_action() == esc_action::abort);  // restored: the saved handler
+    CHECK_FALSE(d.c.saved_escape_action());
+    CHECK(d.c.loader() != tui_controller::loader_kind::retry);
+    d.settle();
+    CHECK(d.lines(kind::error) ==
+          std::vector<std::string>{"Retry failed after 1 attempts: Retry cancelled"});
+    CHECK(d.c.escape_action() == esc_action::none);
+    CHECK_FALSE(d.c.busy());
+
+    // the input works again: the next Enter starts a new prompt, not a queued one
+    auto next = d.c.on_enter("again");
+    CHECK(next.type == tui_command::kind::submit);
+    CHECK_FALSE(next.queued);
+    CHECK(d.c.queued().empty());
+}
+
+TEST_CASE("tui: exhausted retries show the failure line with the last error, once") {
+    driver d;
+    d.start_prompt("hi");
+    d.failed_attempt("503 first", true);
+    d.retry_start(1, 2, 1000, "503 first");
+    d.ev(agent_start_event{});
+    d.failed_attempt("502 second", true);
+    d.retry_start(2, 2, 2000, "502 second");
+    d.ev(agent_start_event{});
+    d.failed_attempt("429 last one", false);
+    d.retry_end(false, 2, "429 last one");
+    d.settle();
+    CHECK(d.lines(kind::error) ==
+          std::vector<std::string>{"Retry failed after 2 attempts: 429 last one"});
+    CHECK(d.c.escape_action() == esc_action::none);
+}
+
+TEST_CASE("tui: maxRetries 0 — an end without a start restores nothing") {
+    driver d;
+    d.start_prompt("hi");
+    d.failed_attempt("503 down", false);
+    REQUIRE(d.c.escape_action() == esc_action::abort);
+    d.retry_end(false, 0, "503 down");
+    CHECK(d.c.escape_action() == esc_action::abort);  // unchanged: nothing was saved
+    CHECK_FALSE(d.c.saved_escape_action());
+    d.settle();
+    CHECK(d.lines(kind::error) ==
+          std::vector<std::string>{"Retry failed after 0 attempts: 503 down"});
+}
+
+TEST_CASE("tui: consecutive retry starts keep the original handler (pi #578)") {
+    driver d;
+    d.start_prompt("hi");
+    d.retry_start(1, 3, 1000, "503");
+    CHECK(d.c.saved_escape_action() == esc_action::abort);
+    SECTION("agent_start restores before the next start saves") {
+        d.ev(agent_start_event{});
+        CHECK(d.c.escape_action() == esc_action::abort);
+        d.retry_start(2, 3, 2000, "503");
+        CHECK(d.c.saved_escape_action() == esc_action::abort);
+    }
+    SECTION("even two starts in a row do not save abort_retry as the previous handler") {
+        d.retry_start(2, 3, 2000, "503");
+        CHECK(d.c.saved_escape_action() == esc_action::abort);
+    }
+    d.retry_end(false, 2, "Retry cancelled");
+    CHECK(d.c.escape_action() == esc_action::abort);
+}
+
+TEST_CASE("tui: a retry end with no final error says Unknown error") {
+    driver d;
+    d.start_prompt("hi");
+    d.retry_start(1, 3, 1000, "503");
+    d.retry_end(false, 1);
+    CHECK(d.lines(kind::error) ==
+          std::vector<std::string>{"Retry failed after 1 attempts: Unknown error"});
+}
+
+TEST_CASE("tui: Esc while streaming aborts; idle Esc does nothing") {
+    driver d;
+    CHECK(d.c.on_escape().type == tui_command::kind::none);
+    d.start_prompt("write a long story");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    message_update_event u;
+    u.message = partial;
+    u.delta = "Once upon";
+    d.ev(u);
+    CHECK(d.c.streaming());
+    CHECK(d.c.on_escape().type == tui_command::kind::abort);
+    d.ev(
+        message_end_event{assistant_msg("Once upon", stop_reason::aborted, "Request was aborted")});
+    CHECK_FALSE(d.c.streaming());
+    d.ev(agent_end_event{});
+    d.settle();
+    CHECK(d.lines(kind::assistant) == std::vector<std::string>{"Once upon"});
+    CHECK(d.lines(kind::notice).back() == "Aborted");
+    CHECK(d.lines(kind::error).empty());
+    CHECK(d.c.on_escape().type == tui_command::kind::none);
+}
+
+TEST_CASE("tui: a non-retryable error is one Error line when the prompt settles") {
+    driver d;
+    d.start_prompt("hi");
+    d.failed_attempt("401 Incorrect API key", false);
+    CHECK(d.lines(kind::error).empty());  // not yet: an auto_retry_end may still replace it
+    d.settle();
+    CHECK(d.lines(kind::error) == std::vector<std::string>{"Error: 401 Incorrect API key"});
+}
+
+TEST_CASE("tui: messages typed while busy are queued follow-ups, shown until they run") {
+    driver d;
+    auto first = d.c.on_enter("first");
+    CHECK(first.type == tui_command::kind::submit);
+    CHECK_FALSE(first.queued);
+    // a second Enter before the turn even started is queued behind it
+    auto second = d.c.on_enter("second");
+    CHECK(second.queued);
+    CHECK(d.c.queued() == std::vector<std::string>{"second"});
+    CHECK(d.c.status_text().find("1 queued") != std::string::npos);
+    d.ev(agent_start_event{});
+    d.ev(message_start_event{user_msg("first")});
+    d.stream_reply({"one"});
+    CHECK(d.c.queued() == std::vector<std::string>{"second"});
+    // the session runs the follow-up before settling
+    d.ev(agent_start_event{});
+    d.ev(message_start_event{user_msg("second")});
+    CHECK(d.c.queued().empty());
+    d.stream_reply({"two"});
+    d.settle();
+    CHECK(d.lines(kind::user) == std::vector<std::string>{"first", "second"});
+    CHECK(d.lines(kind::assistant) == std::vector<std::string>{"one", "two"});
+
+    SECTION("an abort drops queued messages: the transcript says so") {
+        d.c.on_enter("third");
+        auto q = d.c.on_enter("fourth");
+        CHECK(q.queued);
+        d.c.on_prompt_done("fourth", prompt_result{prompt_result::status::aborted,
+                                                   "Request was aborted", nullptr});
+        CHECK(d.c.queued().empty());
+        CHECK(d.has_line_containing("Queued message dropped (aborted): fourth"));
+    }
+    SECTION("a refused prompt shows why") {
+        d.c.on_prompt_done("x", prompt_result{prompt_result::status::refused, "busy", nullptr});
+        CHECK(d.lines(kind::error).back() == "Not sent: busy");
+    }
+}
+
+TEST_CASE("tui: blank Enter does nothing") {
+    driver d;
+    CHECK(d.c.on_enter("").type == tui_command::kind::none);
+    CHECK(d.c.on_enter(" \n\t").type == tui_command::kind::none);
+    CHECK_FALSE(d.c.busy());
+}
+
+TEST_CASE("tui: Ctrl+C clears the input, twice in a row exits; Ctrl+D exits on an empty input") {
+    tui_controller c;
+    CHECK(c.on_ctrl_c(false).type == tui_command::kind::clear_input);
+    CHECK(c.status_text() == "Press Ctrl+C again to exit");
+    CHECK(c.on_ctrl_c(true).type == tui_command::kind::exit);
+
+    tui_controller c2;
+    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    c2.on_other_key();  // typing in between: not "in a row"
+    CHECK(c2.status_text() != "Press Ctrl+C again to exit");
+    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_escape().type == tui_command::kind::none);
+    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+
+    tui_controller c3;
+    CHECK(c3.on_ctrl_d(false).type == tui_command::kind::edit);  // delete under the cursor
+    CHECK(c3.on_ctrl_d(true).type == tui_command::kind::exit);
+}
+
+TEST_CASE("tui: compaction loaders and their end lines") {
+    driver d;
+    d.start_prompt("hi");
+    d.failed_attempt("prompt is too long", false);
+    compaction_start_event cs;
+    cs.reason = "overflow";
+    d.ev(cs);
+    CHECK(d.c.loader_text() == "Context overflow detected, compacting\u2026 (esc to cancel)");
+    CHECK(d.c.escape_action() == esc_action::abort);
+    CHECK(d.c.on_escape().type == tui_command::kind::abort);
+    compaction_end_event ce;
+    ce.reason = "overflow";
+    ce.aborted = true;
+    ce.error_message = "Compaction aborted";
+    d.ev(ce);
+    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    d.settle();
+    CHECK(d.lines(kind::notice).back() == "Compaction cancelled");
+    CHECK(d.lines(kind::error).empty());  // the overflow error went to compaction, not to a line
+
+    driver m;
+    m.start_prompt("hi");
+    compaction_start_event ms;
+    ms.reason = "threshold";
+    m.ev(ms);
+    CHECK(m.c.loader_text() == "Compacting context\u2026 (esc to cancel)");
+    compaction_end_event me;
+    me.reason = "threshold";
+    me.error_message = "no summariser";
+    m.ev(me);
+    CHECK(m.lines(kind::error).back() == "Compaction failed: no summariser");
+
+    driver o;
+    o.start_prompt("hi");
+    o.ev(cs);
+    compaction_end_event oe;
+    oe.reason = "overflow";
+    oe.error_message = "cannot compact";
+    o.ev(oe);
+    CHECK(o.lines(kind::error).back() == "Context overflow recovery failed: cannot compact");
+
+    driver k;
+    k.start_prompt("hi");
+    k.ev(cs);
+    compaction_end_event ke;
+    ke.reason = "overflow";
+    ke.will_retry = true;
+    k.ev(ke);
+    CHECK(k.lines(kind::notice).back() == "Context compacted; continuing");
+}
+
+TEST_CASE("tui: tool calls and extension errors are transcript lines") {
+    driver d;
+    d.start_prompt("hi");
+    tool_execution_start_event ts;
+    ts.tool_name = "read";
+    ts.args["path"] = "a.txt";
+    d.ev(ts);
+    tool_execution_end_event te;
+    te.tool_name = "read";
+    te.result = "Tool read not found";
+    te.is_error = true;
+    d.ev(te);
+    extension_error_event xe{"ext.js", "agent_end", "boom"};
+    d.ev(xe);
+    CHECK(d.has_line_containing("\u2192 read {\"path\":\"a.txt\"}"));
+    CHECK(d.has_line_containing("\u2190 read failed: Tool read not found"));
+    CHECK(d.has_line_containing("Extension ext.js failed on agent_end: boom"));
+}
+
+TEST_CASE("tui: a reply without updates is shown whole") {
+    driver d;
+    d.start_prompt("hi");
+    auto m = assistant_msg("all at once");
+    d.ev(message_start_event{m});
+    d.ev(message_end_event{m});
+    CHECK(d.lines(kind::assistant) == std::vector<std::string>{"all at once"});
+}
+
+// ---- text --------------------------------------------------------------------------------------
+
+TEST_CASE("tui text: UTF-8 decoding replaces every invalid sequence with one U+FFFD") {
+    const auto decode = [](std::string_view s) {
+        std::u32string out;
+        for (std::size_t p = 0; p < s.size();) out.push_back(tui::decode_utf8(s, p));
+        return out;
+    };
+    CHECK(decode("a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80") == U"a\u00e9\u4e2d\U0001F600");
+    CHECK(decode("\xff") == U"\uFFFD");
+    CHECK(decode("\xe4\xb8") == U"\uFFFD");          // truncated: one replacement
+    CHECK(decode("\xe4\xb8x") == U"\uFFFDx");        // bad continuation
+    CHECK(decode("\xc0\x80") == U"\uFFFD");          // overlong
+    CHECK(decode("\xed\xa0\x80") == U"\uFFFD");      // surrogate
+    CHECK(decode("\xf4\x90\x80\x80") == U"\uFFFD");  // above U+10FFFF
+    CHECK(decode("\x80x") == U"\uFFFDx");            // stray continuation
+
+    CHECK(tui::incomplete_utf8_tail("ab") == 0);
+    CHECK(tui::incomplete_utf8_tail("a\xe4") == 1);
+    CHECK(tui::incomplete_utf8_tail("a\xe4\xb8") == 2);
+    CHECK(tui::incomplete_utf8_tail("a\xe4\xb8\xad") == 0);
+    CHECK(tui::incomplete_utf8_tail("\xf0\x9f\x98") == 3);
+}
+
+TEST_CASE("tui text: display width of CJK, emoji, combining marks; controls are made safe") {
+    REQUIRE(utf8_locale);
+    CHECK(tui::char_width(U'a') == 1);
+    CHECK(tui::char_width(U'\u4e2d') == 2);
+    CHECK(tui::char_width(U'\U0001F600') == 2);
+    CHECK(tui::char_width(U'\u0301') == 0);
+    CHECK(tui::display_width("e\xcc\x81") == 1);
+    CHECK(tui::display_width("\xe4\xb8\xad\xe6\x96\x87") == 4);
+    CHECK(tui::char_width(0x1b) == 1);  // shown as U+FFFD
+    CHECK(tui::displayable(0x1b) == tui::replacement_char);
+    CHECK(tui::displayable(0x9b) == tui::replacement_char);  // C1 CSI
+    CHECK(tui::displayable(0x7f) == tui::replacement_char);
+    // a model cannot move the cursor or change colours: no ESC survives
+    const std::string s = tui::sanitize("red \x1b[31mtext\x1b[0m\tand \xff bytes\r\n");
+    CHECK(s.find('\x1b') == std::string::npos);
+    CHECK(s.find('\r') == std::string::npos);
+    CHECK(s == "red \xef\xbf\xbd[31mtext\xef\xbf\xbd[0m    and \xef\xbf\xbd bytes\xef\xbf\xbd\n");
+    CHECK(tui::truncate_to_width("hello world", 8) == "hello w\u2026");
+    CHECK(tui::truncate_to_width("\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad", 5) ==
+          "\xe4\xb8\xad\xe4\xb8\xad\u2026");
+    CHECK(tui::truncate_to_width("short", 8) == "short");
+}
+
+namespace {
+std::vector<std::string> texts(const std::vector<tui::wrapped_row>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) out.push_back(r.text);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("tui text: word wrap by display width") {
+    REQUIRE(utf8_locale);
+    using v = std::vector<std::string>;
+    CHECK(texts(tui::wrap("the quick brown fox", 10)) == v{"the quick", "brown fox"});
+    CHECK(texts(tui::wrap("abcdefghijklmnopqrstuvwxy", 10)) ==
+          v{"abcdefghij", "klmnopqrst", "uvwxy"});
+    CHECK(texts(tui::wrap("ab abcdefghijkl", 10)) == v{"ab", "abcdefghij", "kl"});
+    CHECK(texts(tui::wrap("one\ntwo\n\nthree", 10)) == v{"one", "two", "", "three"});
+    CHECK(texts(tui::wrap("", 10)) == v{""});
+    CHECK(texts(tui::wrap("trailing\n", 10)) == v{"trailing", ""});
+    // CJK: two columns each, never split across rows
+    CHECK(texts(tui::wrap(
+              "\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad", 5)) ==
+          v{"\xe4\xb8\xad\xe4\xb8\xad", "\xe4\xb8\xad\xe4\xb8\xad", "\xe4\xb8\xad\xe4\xb8\xad"});
+    CHECK(texts(tui::wrap("hi \xf0\x9f\x98\x80\xf0\x9f\x98\x80", 5)) ==
+          v{"hi", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80"});
+    // bytes that are not UTF-8 are shown as U+FFFD, escape sequences neutralised
+    CHECK(texts(tui::wrap("a\xff\x1b[2Jb", 20)) == v{"a\xef\xbf\xbd\xef\xbf\xbd[2Jb"});
+    // tabs are four columns
+    CHECK(texts(tui::wrap("a\tb", 20)) == v{"a    b"});
+    // row starts are byte offsets into the source
+    auto rows = tui::wrap("the quick brown fox", 10);
+    CHECK(rows[0].begin == 0);
+    CHECK(rows[1].begin == 10);
+    // an unfinished character at the end of a stream is held back
+    CHECK(texts(tui::wrap("ab\xe4\xb8", 10, true)) == v{"ab"});
+    CHECK(texts(tui::wrap("ab\xe4\xb8", 10, false)) == v{"ab\xef\xbf\xbd"});
+}
+
+TEST_CASE(
+    "tui text: wrapping is prefix-stable (rows above the last never change as text streams in)") {
+    REQUIRE(utf8_locale);
+    std::mt19937 rng(12345);
+    const std::vector<std::string> pieces = {
+        "a",  "bb",  "ccc",          "dddddddddddddd",   " ",
+        "  ", "\n",  "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "e\xcc\x81",
+        "\t", "\xff"};
+    for (int round = 0; round < 300; ++round) {
+        std::string text;
+        const int n = 5 + static_cast<int>(rng() % 40);
+        for (int k = 0; k < n; ++k) text += pieces[rng() % pieces.size()];
+        const int width = 3 + static_cast<int>(rng() % 15);
+        const auto full = tui::wrap(text, width, true);
+        for (std::size_t cut = 0; cut <= text.size(); ++cut) {
+            const auto part = tui::wrap(std::string_view(text).substr(0, cut), width, true);
+            INFO("text=" << text << " width=" << width << " cut=" << cut);
+            REQUIRE(part.size() <= full.size());
+            for (std::size_t r = 0; r + 1 < part.size(); ++r) {
+                REQUIRE(part[r].text == full[r].text);
+                REQUIRE(part[r].begin == full[r].begin);
+            }
+            // re-wrapping from the last row's start gives the same rows (the streaming shortcut)
+            const auto from_last = tui::wrap(
+                std::string_view(text).substr(0, cut).substr(part.back().begin), width, true);
+            REQUIRE(from_last.size() == 1);
+            REQUIRE(from_last[0].text == part.back().text);
+        }
+        for (const auto& r : full) REQUIRE(tui::display_width(r.text) <= std::max(width, 2));
+    }
+}
+
+// ---- keys
+// ----------------------------------------------------------------------------------------
+
+namespace {
+std::vector<key> feed(tui::key_decoder& k, std::initializer_list<std::string_view> chunks) {
+    std::vector<key> out;
+    for (auto c : chunks) k.feed(c, out);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
+    tui::key_decoder k;
+    auto ks = feed(k, {"hi\xe4\xb8\xad\r"});
+    REQUIRE(ks.size() == 2);
+    CHECK(ks[0].type == key::kind::editor);
+    CHECK(ks[0].chars == U"hi\u4e2d");
+    CHECK(ks[1].type == key::kind::enter);
+
+    ks = feed(k, {"\n", "\x03", "\x04", "\x1a", "\x1b\r", "\x1b[13;2u"});
+    REQUIRE(ks.size() == 6);
+    CHECK(ks[0].type == key::kind::newline);
+    CHECK(ks[1].type == key::kind::ctrl_c);
+    CHECK(ks[2].type == key::kind::ctrl_d);
+    CHECK(ks[3].type == key::kind::ctrl_z);
+    CHECK(ks[4].type == key::kind::newline);
+    CHECK(ks[5].type == key::kind::newline);
+
+    ks = feed(k, {"\x7f\x01\x0b"});  // backspace, Ctrl+A, Ctrl+K go to the editor
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"\x7f\x01\x0b");
+    CHECK_FALSE(k.pending());
+}
+
+TEST_CASE(
+    "tui keys: a lone ESC is an Esc only after the timeout; sequences split across reads are "
+    "whole") {
+    tui::key_decoder k;
+    auto ks = feed(k, {"\x1b"});
+    CHECK(ks.empty());
+    CHECK(k.pending());
+    k.flush(ks);
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].type == key::kind::escape);
+    CHECK_FALSE(k.pending());
+
+    ks = feed(k, {"\x1b", "[", "A"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].type == key::kind::up);
+    CHECK(ks[0].chars == U"\x1b[A");
+    ks = feed(k, {"\x1bOB", "\x1b[D", "\x1b[3~", "\x1b[1;5C"});
+    REQUIRE(ks.size() == 4);
+    CHECK(ks[0].type == key::kind::down);
+    CHECK(ks[1].type == key::kind::editor);
+    CHECK(ks[1].chars == U"\x1b[D");
+    CHECK(ks[2].chars == U"\x1b[3~");
+    CHECK(ks[3].chars == U"\x1b[1;5C");
+
+    // ESC ESC: the first was pressed alone
+    ks = feed(k, {"\x1b\x1b"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].type == key::kind::escape);
+    CHECK(k.pending());
+    k.flush(ks);
+    CHECK(ks.back().type == key::kind::escape);
+
+    // Alt+b for the editor (word left)
+    ks = feed(k, {"\x1b"
+                  "b"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].type == key::kind::editor);
+    CHECK(ks[0].chars ==
+          U"\x1b"
+          U"b");
+
+    // unknown sequences (F5, mouse, focus) never become text
+    ks = feed(k, {"\x1b[15~", "\x1b[I", "\x1bOP", "x"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"x");
+
+    // an unfinished sequence at the timeout is dropped
+    ks = feed(k, {"\x1b[1;"});
+    CHECK(ks.empty());
+    k.flush(ks);
+    CHECK(ks.empty());
+    CHECK_FALSE(k.pending());
+}
+
+TEST_CASE("tui keys: UTF-8 split across reads; invalid bytes become U+FFFD") {
+    tui::key_decoder k;
+    auto ks = feed(k, {"\xe4", "\xb8", "\xad"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"\u4e2d");
+    ks = feed(k, {"a\xffz"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"a\uFFFDz");
+    ks = feed(k, {"\xe4"});
+    CHECK(ks.empty());
+    k.flush(ks);
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"\uFFFD");
+}
+
+TEST_CASE("tui keys: bracketed paste is one insert, line breaks kept, nothing inside is a key") {
+    tui::key_decoder k;
+    auto ks = feed(k, {"\x1b[200~line one\r\nline two\rthree\x03\x1b[201~"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].type == key::kind::paste);
+    CHECK(ks[0].chars == U"line one\nline two\nthree");
+
+    ks = feed(k, {"\x1b[200~abc", "\x1b[20", "1~", "\r"});
+    REQUIRE(ks.size() == 2);
+    CHECK(ks[0].chars == U"abc");
+    CHECK(ks[1].type == key::kind::enter);
+
+    ks = feed(k, {"\x1b[200~\xe4\xb8", "\xad\x1b"});
+    CHECK(ks.empty());
+    CHECK(k.in_paste());
+    CHECK_FALSE(k.pending());  // no ESC timeout inside a paste
+    k.flush(ks);
+    CHECK(ks.empty());
+    ks = feed(k, {"[201~"});
+    REQUIRE(ks.size() == 1);
+    CHECK(ks[0].chars == U"\u4e2d");
+}
+
+TEST_CASE("tui keys: every sequence passed to the editor is bound") {
+    for (const auto& [seq, fn] : tui::key_decoder::editor_bindings()) {
+        tui::key_decoder k;
+        std::vector<key> ks;
+        k.feed(seq, ks);
+        REQUIRE(ks.size() == 1);
+        CHECK((ks[0].type == key::kind::editor || ks[0].type == key::kind::up ||
+               ks[0].type == key::kind::down));
+        CHECK_FALSE(fn.empty());
+    }
+}
+
+// ---- the screen, checked on a small terminal emulator ------------------------------------------
+
+namespace {
+
+/// Enough of a VT100 for what the renderer writes: CR, LF (scrolls), CUU/CUD/CUF, ED, EL,
+/// clear screen and scrollback, cursor visibility and SGR (ignored). Cells hold UTF-8 glyphs.
+class vt {
+  public:
+    vt(int w, int h)
+        : w_(w),
+          h_(h),
+          grid_(static_cast<std::size_t>(h),
+                std::vector<std::string>(static_cast<std::size_t>(w), " ")) {}
+
+    void write(std::string_view s) {
+        for (std::size_t i = 0; i < s.size();) {
+            const char c = s[i];
+            if (c == '\r') {
+                x_ = 0;
+                ++i;
+            } else if (c == '\n') {
+                lf();
+                ++i;
+            } else if (c == '\x1b') {
+                REQUIRE(i + 1 < s.size());
+                REQUIRE(s[i + 1] == '[');
+                std::size_t j = i + 2;
+                std::string params;
+                while (j < s.size() && ((s[j] >= '0' && s[j] <= '9') || s[j] == ';' || s[j] == '?'))
+                    params += s[j++];
+                REQUIRE(j < s.size());
+                csi(params, s[j]);
+                i = j + 1;
+            } else {
+                std::size_t p = i;
+                const char32_t cp = tui::decode_utf8(s, p);
+                const int cw = tui::char_width(cp);
+                if (x_ + cw > w_) {  // autowrap
+                    x_ = 0;
+                    lf();
+                }
+                if (cw == 0) {
+                    if (x_ > 0) cell(x_ - 1).append(s.substr(i, p - i));
+                } else {
+                    cell(x_) = std::string(s.substr(i, p - i));
+                    for (int k = 1; k < cw; ++k) cell(x_ + k) = "";
+                    x_ += cw;
+                }
+                i = p;
+            }
+        }
+    }
+    std::vector<std::string> rows() const {
+        std::vector<std::string> out;
+        for (const auto& r : grid_) {
+            std::string line;
+            for (const auto& g : r) line += g;
+            while (!line.empty() && line.back() == ' ') line.pop_back();
+            out.push_back(line);
+        }
+        return out;
+    }
+    std::vector<std::string> history_and_screen() const {
+        auto out = scrollback_;
+        for (auto& r : rows()) out.push_back(r);
+        while (!out.empty() && out.back().empty()) out.pop_back();
+        return out;
+    }
+    int x() const { return x_; }
+    int y() const { return y_; }
+
+  private:
+    std::string& cell(int x) {
+        return grid_[static_cast<std::size_t>(y_)][static_cast<std::size_t>(std::min(x, w_ - 1))];
+    }
+    void lf() {
+        if (y_ + 1 < h_) {
+            ++y_;
+            return;
+        }
+        std::string line;
+        for (const auto& g : grid_.front()) line += g;
+        while (!line.empty() && line.back() == ' ') line.pop_back();
+        scrollback_.push_back(line);
+        grid_.erase(grid_.begin());
+        grid_.emplace_back(static_cast<std::size_t>(w_), " ");
+    }
+    void csi(const std::string& p, char f) {
+        const int n = p.empty() || p[0] == '?' ? 1 : std::stoi(p);
+        switch (f) {
+            case 'A':
+                y_ = std::max(0, y_ - n);
+                break;
+            case 'B':
+                y_ = std::min(h_ - 1, y_ + n);
+                break;
+            case 'C':
+                x_ = std::min(w_ - 1, x_ + n);
+                break;
+            case 'H':
+                x_ = y_ = 0;
+                break;
+            case 'K':
+                for (int x = x_; x < w_; ++x) cell(x) = " ";
+                break;
+            case 'J':
+                if (p == "2") {
+                    for (auto& r : grid_) std::fill(r.begin(), r.end(), " ");
+                } else if (p == "3") {
+                    scrollback_.clear();
+                } else {
+                    for (int x = x_; x < w_; ++x) cell(x) = " ";
+                    for (int y = y_ + 1; y < h_; ++y)
+                        std::fill(grid_[static_cast<std::size_t>(y)].begin(),
+                                  grid_[static_cast<std::size_t>(y)].end(), " ");
+                }
+                break;
+            case 'm':
+            case 'h':
+            case 'l':
+                break;
+            default:
+                FAIL("unexpected CSI " << p << f);
+        }
+    }
+
+    int w_, h_;
+    int x_ = 0, y_ = 0;
+    std::vector<std::vector<std::string>> grid_;
+    std::vector<std::string> scrollback_;
+};
+
+std::vector<tui::screen_row> rows_of(std::initializer_list<std::string> texts) {
+    std::vector<tui::screen_row> out;
+    for (const auto& t : texts) out.push_back(tui::screen_row{t, tui::row_style::plain});
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tui screen: the live region is redrawn from its first changed row only") {
+    REQUIRE(utf8_locale);
+    vt term(20, 8);
+    tui::screen s(tui::terminal_caps::ansi());
+
+    term.write(s.render({}, rows_of({"loader", "-----", "> ab", "status"}), 2, 4));
+    CHECK(term.rows()[0] == "loader");
+    CHECK(term.rows()[2] == "> ab");
+    CHECK(term.y() == 2);
+    CHECK(term.x() == 4);
+
+    // nothing changed: nothing written
+    CHECK(s.render({}, rows_of({"loader", "-----", "> ab", "status"}), 2, 4).empty());
+    // only the cursor moved
+    auto out = s.render({}, rows_of({"loader", "-----", "> ab", "status"}), 2, 3);
+    CHECK(out.find("ab") == std::string::npos);
+    term.write(out);
+    CHECK(term.x() == 3);
+
+    // only the input changed: the loader row is not rewritten
+    out = s.render({}, rows_of({"loader", "-----", "> abc", "status"}), 2, 5);
+    CHECK(out.find("loader") == std::string::npos);
+    CHECK(out.find("-----") == std::string::npos);
+    term.write(out);
+    CHECK(term.rows()[2] == "> abc");
+    CHECK(term.rows()[3] == "status");
+    CHECK(term.y() == 2);
+    CHECK(term.x() == 5);
+
+    // the loader counts down: that row and below
+    out = s.render({}, rows_of({"in 2s", "-----", "> abc", "status"}), 2, 5);
+    term.write(out);
+    CHECK(term.rows() ==
+          std::vector<std::string>{"in 2s", "-----", "> abc", "status", "", "", "", ""});
+
+    // transcript rows go above the region for good
+    term.write(
+        s.render(rows_of({"you: hi", "", "reply"}), rows_of({"", "-----", "> ", "status"}), 2, 2));
+    CHECK(term.rows() ==
+          std::vector<std::string>{"you: hi", "", "reply", "", "-----", ">", "status", ""});
+    CHECK(term.y() == 5);
+    CHECK(term.x() == 2);
+
+    // the region grows (a queued row) and shrinks again
+    term.write(s.render({}, rows_of({"Queued: x", "", "-----", "> ", "status"}), 3, 2));
+    CHECK(term.rows() == std::vector<std::string>{"you: hi", "", "reply", "Queued: x", "", "-----",
+                                                  ">", "status"});
+    term.write(s.render({}, rows_of({"", "-----", "> ", "status"}), 2, 2));
+    CHECK(term.rows() ==
+          std::vector<std::string>{"you: hi", "", "reply", "", "-----", ">", "status", ""});
+    term.write(s.render({}, rows_of({"", "-----", "> ", "status", "more"}), 2, 2));
+    CHECK(term.rows()[7] == "more");
+    term.write(s.render({}, rows_of({"", "-----", "> "}), 2, 2));
+    CHECK(term.rows() ==
+          std::vector<std::string>{"you: hi", "", "reply", "", "-----", ">", "", ""});
+
+    // more transcript than the screen holds scrolls into the history
+    term.write(s.render(rows_of({"r1", "r2", "r3", "r4", "r5", "r6"}),
+                        rows_of({"", "-----", "> z"}), 2, 3));
+    CHECK(term.history_and_screen() == std::vector<std::string>{"you: hi", "", "reply", "r1", "r2",
+                                                                "r3", "r4", "r5", "r6", "", "-----",
+                                                                "> z"});
+    CHECK(term.y() == 7);
+
+    // at exit the region goes away
+    term.write(s.clear_live());
+    CHECK(term.history_and_screen() ==
+          std::vector<std::string>{"you: hi", "", "reply", "r1", "r2", "r3", "r4", "r5", "r6"});
+}
+
+TEST_CASE("tui screen: a full redraw clears screen and history, then draws everything") {
+    REQUIRE(utf8_locale);
+    vt term(10, 5);
+    tui::screen s(tui::terminal_caps::ansi());
+    term.write(s.render(rows_of({"old1", "old2", "old3", "old4"}), rows_of({"> x", "st"}), 0, 3));
+    term.write(s.redraw(rows_of({"new1", "new2"}), rows_of({"> x", "st"}), 0, 3));
+    CHECK(term.history_and_screen() == std::vector<std::string>{"new1", "new2", "> x", "st"});
+    CHECK(term.y() == 2);
+    CHECK(term.x() == 3);
+}
+
+TEST_CASE("tui screen: wide characters and a full-width row") {
+    REQUIRE(utf8_locale);
+    vt term(6, 4);
+    tui::screen s(tui::terminal_caps::ansi());
+    term.write(s.render({},
+                        rows_of({"\xe4\xb8\xad\xe6\x96\x87"
+                                 "ab",
+                                 "> \xe4\xb8\xad", "abcdef"}),
+                        1, 4));
+    CHECK(term.rows()[0] ==
+          "\xe4\xb8\xad\xe6\x96\x87"
+          "ab");
+    CHECK(term.rows()[2] == "abcdef");
+    CHECK(term.y() == 1);
+    CHECK(term.x() == 4);
+    term.write(s.render({},
+                        rows_of({"\xe4\xb8\xad\xe6\x96\x87"
+                                 "ab",
+                                 "> \xe4\xb8\xadx", "abcdef"}),
+                        1, 5));
+    CHECK(term.rows()[1] == "> \xe4\xb8\xadx");
+    CHECK(term.rows()[2] == "abcdef");
+}
