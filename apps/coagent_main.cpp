@@ -3,6 +3,7 @@
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/modes/app.hpp>
+#include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/rpc_mode.hpp>
 
 #include <CLI/CLI.hpp>
@@ -115,9 +116,7 @@ int main(int argc, char** argv) {
                                  "to drive coagent over JSON lines.\n";
                     return 2;
                 }
-                std::cerr << "coagent: the interactive terminal UI is not available in this build yet; "
-                             "use -p MESSAGE\n";
-                return 2;
+                return coagent::run_interactive_mode(ctx);
         }
     } catch (const coagent::config_error& e) {
         std::cerr << "coagent: " << e.what() << "\n";

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Keys and text: Ctrl+C clears, twice in a row exits; history; multi-line input and paste; wide
+# characters laid out by display width; escape sequences from a model shown harmlessly; resize.
+source "$(dirname "$0")/lib.sh" "$1"
+start_coagent '[{"text":"中文字符测试中文字符测试中文字符测试中文字符测试中文字符测试 end"},{"text":"red \u001b[31mtext\u001b[0m and \u001b[2J no clear"},{"text":"multi ok"}]' 40 20
+
+# wide characters wrap by display width (40 columns: 20 CJK characters per row)
+type_line "wide"
+wait_for "end"
+rows=$(everything | grep -F '中文字符')
+expect [ "$(echo "$rows" | head -n 1)" = "中文字符测试中文字符测试中文字符测试中文" ]
+expect [ "$(echo "$rows" | sed -n 2p)" = "字符测试中文字符测试 end" ]
+
+# a model's escape sequences are not obeyed: the screen is not cleared, ESC shows as U+FFFD
+type_line "escapes"
+wait_for "no clear"
+expect screen_has "red �[31mtext�[0m and �[2J no clear"
+expect screen_has "中文字符测试中文字符测试中文字符测试中文"
+
+# multi-line input (Ctrl+J) and a bracketed paste, sent as one message
+T send-keys -t main -l "line one"
+T send-keys -t main C-j
+printf 'pasted two\npasted three' > "$work/paste.txt"
+T load-buffer -b p "$work/paste.txt"
+T paste-buffer -p -b p -t main
+wait_for "  pasted three"
+T send-keys -t main Enter
+wait_for "multi ok"
+expect grep -q '"text":"line one\\npasted two\\npasted three"' "$work/faux.log"
+
+# history: Up brings back the last message
+T send-keys -t main Up
+wait_for "  pasted three"
+# Ctrl+C clears the input and arms the exit
+T send-keys -t main C-c
+wait_for "Press Ctrl+C again to exit"
+expect input_is ""
+# another key disarms it
+T send-keys -t main -l "x"
+wait_gone "Press Ctrl+C again"
+T send-keys -t main BSpace
+
+# a narrower window re-wraps the transcript (no stale rows, one status line)
+T resize-window -t main -x 30 -y 20
+wait_for "中文字符测试中文字符测试中文字"
+expect [ "$(screen | grep -c 'enter: send')" = 1 ]
+expect [ "$(screen | grep -c '^> *$')" = 1 ]
+
+# Ctrl+C twice in a row exits with 0
+T send-keys -t main C-c
+wait_for "Press Ctrl+C again to exit"
+T send-keys -t main C-c
+wait_for "EXIT=0"
+if ls "$work"/asan* "$work"/ubsan* >/dev/null 2>&1; then cat "$work"/asan* "$work"/ubsan* >&2; fail "sanitizer report"; fi
+echo ok

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Helpers for the end-to-end tests of interactive mode: `coagent` runs in a detached tmux
+# session of a fixed size (own tmux socket, own COAGENT_DIR and working directory), keys go in
+# with send-keys, the screen comes back with capture-pane. Every wait polls with a bounded
+# timeout. Sourced by the test scripts: `source lib.sh <path to coagent>`.
+set -uo pipefail
+
+COAGENT=$(realpath "$1")
+work=$(mktemp -d)
+sock="coagent-tui-$$-${RANDOM}"
+export COAGENT_DIR="$work/home"
+mkdir -p "$COAGENT_DIR"
+command -v tmux >/dev/null || { echo "tmux is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
+
+T() { tmux -L "$sock" "$@"; }
+cleanup() {
+  tmux -L "$sock" kill-server >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+settings() { printf '%s' "$1" > "$COAGENT_DIR/settings.json"; }
+
+# start_coagent SCRIPT_JSON [WIDTH HEIGHT]: coagent on the faux provider, waits for its screen
+start_coagent() {
+  printf '%s' "$1" > "$work/script.json"
+  local w=${2:-100} h=${3:-30}
+  # sanitizer reports go to files (checked at the end), not into the pane
+  local asan="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}log_path=$work/asan"
+  local ubsan="${UBSAN_OPTIONS:-}${UBSAN_OPTIONS:+:}log_path=$work/ubsan"
+  T -f /dev/null new-session -d -s main -x "$w" -y "$h" -c "$work" \
+    "env COAGENT_DIR='$COAGENT_DIR' LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=tmux-256color ASAN_OPTIONS='$asan' UBSAN_OPTIONS='$ubsan' \
+     '$COAGENT' --no-session --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
+     echo \"EXIT=\$?\"; sleep 600"
+  T set-option -t main history-limit 5000 >/dev/null
+  wait_for "Enter sends"
+}
+
+screen() { T capture-pane -p -t main; }          # what is visible now
+everything() { T capture-pane -p -S - -t main; } # with the scrollback
+requests() { [ -f "$work/faux.log" ] && wc -l < "$work/faux.log" || echo 0; }
+
+fail() {
+  echo "FAILED: $*" >&2
+  echo "---- screen ----" >&2
+  everything >&2
+  echo "---- faux log ----" >&2
+  cat "$work/faux.log" >&2 2>/dev/null
+  exit 1
+}
+
+now_ms() { date +%s%3N; }
+
+# wait_for TEXT [TIMEOUT_S]: polls the visible screen until it shows TEXT
+wait_for() {
+  local text=$1 limit=$(( $(now_ms) + ${2:-20} * 1000 ))
+  while (( $(now_ms) < limit )); do
+    screen | grep -qF -- "$text" && return 0
+    sleep 0.05
+  done
+  fail "timed out waiting for: $text"
+}
+
+# wait_gone TEXT [TIMEOUT_S]: polls until the visible screen no longer shows TEXT
+wait_gone() {
+  local text=$1 limit=$(( $(now_ms) + ${2:-20} * 1000 ))
+  while (( $(now_ms) < limit )); do
+    screen | grep -qF -- "$text" || return 0
+    sleep 0.05
+  done
+  fail "timed out waiting for this to go away: $text"
+}
+
+# wait_requests N [TIMEOUT_S]: until the faux provider has received N requests
+wait_requests() {
+  local n=$1 limit=$(( $(now_ms) + ${2:-20} * 1000 ))
+  while (( $(now_ms) < limit )); do
+    [ "$(requests)" -ge "$n" ] && return 0
+    sleep 0.05
+  done
+  fail "timed out waiting for $n faux requests (have $(requests))"
+}
+
+# the input row (first row under the rule) shows exactly TEXT
+input_is() {
+  local row
+  row=$(screen | grep -A1 -F '────' | tail -n 1)
+  [ "$row" = "> $1" ] || [ "$row" = ">${1:+ $1}" ]
+}
+
+type_line() { T send-keys -t main -l -- "$1"; T send-keys -t main Enter; }
+
+expect() { "$@" || fail "expected: $*"; }
+screen_has() { everything | grep -qF -- "$1"; }
+expect_not_in_screen() { ! everything | grep -qF -- "$1" || fail "unexpected on screen: $1"; }
+
+# leave with Ctrl+D on an empty input; the exit code and no sanitizer report
+finish() {
+  T send-keys -t main C-d
+  wait_for "EXIT=${1:-0}"
+  if ls "$work"/asan* "$work"/ubsan* >/dev/null 2>&1; then
+    cat "$work"/asan* "$work"/ubsan* >&2 2>/dev/null
+    fail "sanitizer report"
+  fi
+  echo "ok"
+}
