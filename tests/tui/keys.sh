@@ -2,7 +2,20 @@
 # Keys and text: Ctrl+C clears, twice in a row exits; history; multi-line input and paste; wide
 # characters laid out by display width; escape sequences from a model shown harmlessly; resize.
 source "$(dirname "$0")/lib.sh" "$1"
+
+# not a terminal and no -p: a clear message, exit 2
+out=$("$COAGENT" --no-session < /dev/null 2>&1); rc=$?
+expect [ "$rc" = 2 ]
+expect [ "$out" = "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc to drive coagent over JSON lines." ]
+
 start_coagent '[{"text":"中文字符测试中文字符测试中文字符测试中文字符测试中文字符测试 end"},{"text":"red \u001b[31mtext\u001b[0m and \u001b[2J no clear"},{"text":"multi ok"}]' 40 20
+
+# the cursor follows display width in the input: "> " + two CJK characters = column 6
+T send-keys -t main -l "中文"
+wait_for "> 中文"
+expect [ "$(T display -p -t main '#{cursor_x}')" = 6 ]
+T send-keys -t main C-u
+wait_gone "> 中文"
 
 # wide characters wrap by display width (40 columns: 20 CJK characters per row)
 type_line "wide"
