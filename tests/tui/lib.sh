@@ -15,6 +15,7 @@ command -v tmux >/dev/null || { echo "tmux is not installed (scripts/setup.sh in
 T() { tmux -L "$sock" "$@"; }
 cleanup() {
   tmux -L "$sock" kill-server >/dev/null 2>&1
+  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$sock"  # tmux leaves the socket file behind
   rm -rf "$work"
 }
 trap cleanup EXIT
