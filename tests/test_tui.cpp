@@ -974,3 +974,25 @@ TEST_CASE("tui screen: wide characters and a full-width row") {
     CHECK(term.rows()[1] == "> \xe4\xb8\xadx");
     CHECK(term.rows()[2] == "abcdef");
 }
+
+TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not a message") {
+    tui_controller c;
+    c.set_auto_retry_state(true);
+    auto off = c.on_enter("/retry off");
+    CHECK(off.type == tui_command::kind::set_auto_retry);
+    CHECK_FALSE(off.enabled);
+    CHECK(off.text == "/retry off");
+    CHECK(c.on_enter("/retry on").enabled);
+    CHECK_FALSE(c.on_enter("/retry").enabled);  // toggles the current state (on)
+    CHECK_FALSE(c.busy());
+    c.on_auto_retry_set(false, "/home/u/.coagent/settings.json", "");
+    CHECK(c.transcript().back().text ==
+          "Auto-retry is off (saved to /home/u/.coagent/settings.json)");
+    CHECK(c.on_enter("/retry").enabled);  // now off: the toggle turns it on
+    c.on_auto_retry_set(true, "x", "read-only file system");
+    CHECK(c.transcript().back().type == kind::error);
+    CHECK(c.transcript().back().text ==
+          "Auto-retry is on for this session, but saving it failed: read-only file system");
+    // anything else starting with a slash is a message
+    CHECK(c.on_enter("/retry maybe").type == tui_command::kind::submit);
+}

@@ -297,6 +297,7 @@ class interactive_ui {
 
         const model_info m = session_->model();
         ctl_.set_model_label(m.provider + "/" + m.id);
+        ctl_.set_auto_retry_state(session_->auto_retry_enabled());
         ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id +
                         ". Enter sends, Esc interrupts, Ctrl+C twice or Ctrl+D exits.");
         for (const auto& msg : session_->messages()) {  // a resumed session
@@ -548,7 +549,27 @@ class interactive_ui {
             case tui_command::kind::exit:
                 request_exit(0);
                 return;
+            case tui_command::kind::set_auto_retry:
+                editor_.remember(to_u32(c.text));
+                editor_.clear();
+                set_auto_retry(c.enabled);
+                return;
         }
+    }
+
+    /// The TUI toggle of design.md: a runtime override for this session (and the next), and
+    /// retry.enabled persisted to the global settings file, as the RPC command does.
+    void set_auto_retry(bool enabled) {
+        session_->set_auto_retry_enabled(enabled);
+        auto& store = app_.settings_layers();
+        std::string error;
+        try {
+            store.set_override("retry.enabled", boost::json::value(enabled));
+            store.persist_global("retry.enabled", boost::json::value(enabled));
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        ctl_.on_auto_retry_set(enabled, global_settings_path(app_.dir()).string(), error);
     }
 
     void suspend() {

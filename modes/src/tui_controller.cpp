@@ -213,6 +213,12 @@ tui_command tui_controller::on_enter(std::string_view input) {
         return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
     });
     if (blank) return c;
+    if (input == "/retry" || input == "/retry on" || input == "/retry off") {
+        c.type = tui_command::kind::set_auto_retry;
+        c.text = std::string(input);
+        c.enabled = input == "/retry" ? !auto_retry_ : input == "/retry on";
+        return c;
+    }
     c.type = tui_command::kind::submit;
     c.text = std::string(input);
     c.queued = busy_;
@@ -225,6 +231,19 @@ tui_command tui_controller::on_enter(std::string_view input) {
     }
     ++revision_;
     return c;
+}
+
+void tui_controller::on_auto_retry_set(bool enabled, const std::string& saved_to,
+                                       const std::string& error) {
+    auto_retry_ = enabled;
+    std::string line = std::string("Auto-retry is ") + (enabled ? "on" : "off");
+    if (error.empty()) {
+        add(transcript_item::kind::notice,
+            line + (saved_to.empty() ? "" : " (saved to " + saved_to + ")"));
+    } else {
+        add(transcript_item::kind::error,
+            line + " for this session, but saving it failed: " + error);
+    }
 }
 
 tui_command tui_controller::on_ctrl_c(bool input_empty) {

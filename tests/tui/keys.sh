@@ -8,7 +8,7 @@ out=$("$COAGENT" --no-session < /dev/null 2>&1); rc=$?
 expect [ "$rc" = 2 ]
 expect [ "$out" = "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc to drive coagent over JSON lines." ]
 
-start_coagent '[{"text":"中文字符测试中文字符测试中文字符测试中文字符测试中文字符测试 end"},{"text":"red \u001b[31mtext\u001b[0m and \u001b[2J no clear"},{"text":"multi ok"}]' 40 20
+start_coagent '[{"text":"中文字符测试中文字符测试中文字符测试中文字符测试中文字符测试 end"},{"text":"red \u001b[31mtext\u001b[0m and \u001b[2J no clear"},{"text":"multi ok"},{"error":"503 not retried now","status":503}]' 40 20
 
 # the cursor follows display width in the input: "> " + two CJK characters = column 6
 T send-keys -t main -l "中文"
@@ -58,6 +58,14 @@ T resize-window -t main -x 30 -y 20
 wait_for "中文字符测试中文字符测试中文字"
 expect [ "$(screen | grep -c 'enter: send')" = 1 ]
 expect [ "$(screen | grep -c '^> *$')" = 1 ]
+
+# /retry off: persisted to the global settings, and the next retryable error is final
+type_line "/retry off"
+wait_for "Auto-retry is off (saved to"
+expect grep -q '"enabled": *false' "$COAGENT_DIR/settings.json"
+type_line "fails"
+wait_for "Error: 503 not retried now"
+expect_not_in_screen "Retrying"
 
 # Ctrl+C twice in a row exits with 0
 T send-keys -t main C-c

@@ -45,17 +45,20 @@ struct transcript_item {
 /// What the interactive shell is asked to do after a key.
 struct tui_command {
     enum class kind {
-        none,         ///< nothing (the key changed only what is shown)
-        edit,         ///< give the key to the line editor
-        abort,        ///< session.abort()
-        abort_retry,  ///< session.abort_retry()
-        submit,       ///< session.prompt(text, streaming_behavior::follow_up); clear the input
-        clear_input,  ///< empty the line editor
-        exit,         ///< leave (abort a running turn first)
+        none,            ///< nothing (the key changed only what is shown)
+        edit,            ///< give the key to the line editor
+        abort,           ///< session.abort()
+        abort_retry,     ///< session.abort_retry()
+        submit,          ///< session.prompt(text, streaming_behavior::follow_up); clear the input
+        clear_input,     ///< empty the line editor
+        exit,            ///< leave (abort a running turn first)
+        set_auto_retry,  ///< `/retry on|off` (toggle without an argument): set and persist
+                         ///< retry.enabled, then report with on_auto_retry_set(); clear the input
     };
     kind type = kind::none;
-    std::string text;     ///< submit: the message
-    bool queued = false;  ///< submit: the session is busy, the message runs after the turn
+    std::string text;      ///< submit: the message; set_auto_retry: the command typed
+    bool queued = false;   ///< submit: the session is busy, the message runs after the turn
+    bool enabled = false;  ///< set_auto_retry: the new value
 };
 
 /// The loader/Esc state machine of the terminal UI (the reference's event controller).
@@ -89,8 +92,13 @@ class tui_controller {
     void on_prompt_done(const std::string& text, const prompt_result& r);
 
     tui_command on_escape();
-    /// Enter with the editor's text. Blank input does nothing.
+    /// Enter with the editor's text. Blank input does nothing. `/retry on`, `/retry off` and
+    /// `/retry` (toggle) are commands, not messages.
     tui_command on_enter(std::string_view input);
+    /// The shell tells the current retry.enabled (the toggle flips it) …
+    void set_auto_retry_state(bool enabled) { auto_retry_ = enabled; }
+    /// … and how setting it went: `saved_to` is the settings file, `error` why saving failed.
+    void on_auto_retry_set(bool enabled, const std::string& saved_to, const std::string& error);
     tui_command on_ctrl_c(bool input_empty);
     tui_command on_ctrl_d(bool input_empty);
     /// Any other key (ends a Ctrl+C sequence).
@@ -152,6 +160,7 @@ class tui_controller {
     std::vector<transcript_item> transcript_;
     std::vector<std::string> queued_;
     std::string model_label_;
+    bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };
 
