@@ -104,8 +104,9 @@ std::optional<fs::path> latest_session_file(const fs::path& dir, const std::stri
     return best;
 }
 
-std::unique_ptr<agent_session> app_context::make_session(bool resume) {
+std::unique_ptr<agent_session> app_context::make_session(bool resume, std::shared_ptr<spdlog::logger> logger) {
     session_options so;
+    so.logger = std::move(logger);
     so.executor = io_.get_executor();
     so.model_provider = provider_;
     if (auto http = std::dynamic_pointer_cast<http_provider>(provider_)) so.auth = http->auth();

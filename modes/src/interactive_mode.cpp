@@ -7,6 +7,8 @@
 // and its own drawing goes to /dev/null. The characters it edits come from key_decoder
 // through EL_GETCFN; the input rows are drawn here from el_wline(), like every other row.
 
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 #include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/tui_controller.hpp>
 
@@ -287,7 +289,16 @@ class interactive_ui {
     interactive_ui& operator=(const interactive_ui&) = delete;
 
     int run() {
-        session_ = app_.make_session(true);  // config_error → exit 2, terminal untouched
+        // the session's warnings go to $COAGENT_DIR/coagent.log: stderr would draw over the screen
+        std::shared_ptr<spdlog::logger> log;
+        const auto log_path = app_.dir() / "coagent.log";
+        try {
+            log = std::make_shared<spdlog::logger>(
+                "coagent", std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_path.string()));
+        } catch (const spdlog::spdlog_ex& e) {
+            throw config_error("cannot open the log file " + log_path.string() + ": " + e.what());
+        }
+        session_ = app_.make_session(true, std::move(log));  // config_error → exit 2, terminal untouched
         editor_.open();
 
         bool have_terminfo = false;

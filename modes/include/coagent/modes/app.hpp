@@ -46,7 +46,9 @@ public:
     app_context(boost::asio::io_context& io, app_options opts);
 
     /// A new session (or the resumed one for --continue / --session on the first call).
-    std::unique_ptr<agent_session> make_session(bool resume);
+    /// `logger`: where the session's warnings go (default: stderr); the terminal UI passes
+    /// one that does not draw over its screen.
+    std::unique_ptr<agent_session> make_session(bool resume, std::shared_ptr<spdlog::logger> logger = {});
 
     boost::asio::io_context& io() noexcept { return io_; }
     const app_options& options() const noexcept { return opts_; }
