@@ -142,3 +142,18 @@ TEST_CASE("resume: a loaded session's context is rebuilt, failed replies are nev
     CHECK(reqs[0].messages[0].text == "first");
     CHECK(reqs[0].messages[1].text == "again");
 }
+
+TEST_CASE("a session name is a session_info entry and survives a resume", "[history]") {
+    temp_dir dir;
+    fs::path file;
+    {
+        harness h(R"([{"text":"ok"}])", settings{}, [&](session_options& o) { o.session_dir = dir.path; });
+        h.prompt("hi");
+        REQUIRE_FALSE(h.session->set_session_name("my session"));
+        CHECK(h.session->session_name() == "my session");
+        file = *h.session->history().file();
+    }
+    CHECK(read_lines(file).back().find(R"("type":"session_info")") != std::string::npos);
+    harness h(R"([])", settings{}, [&](session_options& o) { o.resume_file = file; });
+    CHECK(h.session->session_name() == "my session");
+}

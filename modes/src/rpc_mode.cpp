@@ -319,7 +319,10 @@ class rpc_server {
                         fail(c, "Session name cannot be empty");
                         return;
                     }
-                    session_name_ = std::move(name);
+                    if (auto ec = session_->set_session_name(std::move(name))) {
+                        fail(c, "Session name set, but the session file could not be written: " + ec.message());
+                        return;
+                    }
                     ok(c);
                     return;
                 }
@@ -375,7 +378,6 @@ class rpc_server {
             return;
         }
         attach(std::move(fresh));  // tasks still finishing keep the old session alive
-        session_name_.reset();
         json::object d;
         d["cancelled"] = false;
         ok(c, std::move(d));
@@ -393,7 +395,7 @@ class rpc_server {
         d["autoCompactionEnabled"] = s.config().compaction.enabled;
         d["sessionId"] = s.session_id();
         if (const auto& f = s.history().file()) d["sessionFile"] = f->string();
-        if (session_name_) d["sessionName"] = *session_name_;
+        if (session_->session_name()) d["sessionName"] = *session_->session_name();
         d["messageCount"] = s.messages().size();
         d["pendingMessageCount"] = s.pending_message_count();
         d["steeringMode"] = "all";  // every queued steering message joins the next request
@@ -531,10 +533,7 @@ class rpc_server {
         io_.stop();
     }
 
-    static constexpr const char* busy_refusal =
-        "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
-        "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
-        "current prompt), or wait for agent_settled.";
+    static constexpr const char* busy_refusal = agent_session::busy_message;
 
     app_context& app_;
     asio::io_context& io_;
@@ -556,7 +555,6 @@ class rpc_server {
     bool shutting_down_ = false;
     bool finished_ = false;
     int exit_code_ = 0;
-    std::optional<std::string> session_name_;
     std::optional<compaction_end_event> last_manual_compaction_;
 };
 

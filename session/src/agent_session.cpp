@@ -27,10 +27,7 @@ std::shared_ptr<compaction_hook> default_summarizer() {
     return s;
 }
 
-constexpr const char* busy_text =
-    "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
-    "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
-    "current prompt), or wait for agent_settled.";
+constexpr const char* busy_text = agent_session::busy_message;
 
 }  // namespace
 
@@ -98,6 +95,9 @@ agent_session::agent_session(session_options o)
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
         history_ = std::move(loaded.history);
         messages_ = history_.context();
+        for (const auto& e : history_.entries())
+            if (e.type == "session_info")
+                if (const auto* n = e.raw.if_contains("name"); n && n->is_string()) name_ = std::string(n->get_string());
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -140,6 +140,13 @@ void agent_session::emit(event e) {
         std::erase_if(listeners_, [](const listener_entry& x) { return !x.fn; });
         listeners_dirty_ = false;
     }
+}
+
+std::error_code agent_session::set_session_name(std::string name) {
+    json::object fields;
+    fields["name"] = name;
+    name_ = std::move(name);
+    return history_.append_entry("session_info", std::move(fields));
 }
 
 void agent_session::register_tool(tool_definition def, tool_function fn) {

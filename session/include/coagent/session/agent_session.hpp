@@ -110,6 +110,12 @@ class agent_session {
 public:
     using listener = std::function<void(const event&)>;
 
+    /// The refusal text of a prompt sent while busy without a streaming behaviour.
+    static constexpr const char* busy_message =
+        "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
+        "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
+        "current prompt), or wait for agent_settled.";
+
     /// Throws std::invalid_argument without a provider or executor; std::system_error when
     /// the session file cannot be created; std::runtime_error when resume_file is not a
     /// session file.
@@ -205,6 +211,10 @@ public:
     /// filtered out).
     const std::vector<message_ptr>& messages() const noexcept { return messages_; }
     const session_history& history() const noexcept { return history_; }
+    /// Names the session: a session_info{name} entry in its history (the latest one wins on
+    /// resume). An I/O failure writing it is returned; the name is kept either way.
+    std::error_code set_session_name(std::string name);
+    const std::optional<std::string>& session_name() const noexcept { return name_; }
     model_info model() const { return provider_->model(); }
     std::size_t pending_message_count() const noexcept {
         return steer_queue_.size() + follow_up_queue_.size();
@@ -276,6 +286,7 @@ private:
     std::vector<tool_definition> tool_defs_;
     std::vector<std::pair<std::string, tool_function>> tools_;
 
+    std::optional<std::string> name_;
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
