@@ -62,7 +62,7 @@ void retry_cycle(benchmark::State& state) {
         auto s = make_session(io, endless_errors(true), 0, cycles_per_prompt);
         auto sub = s->subscribe([&](const event&) { ++events; });
         bool done = false;
-        asio::co_spawn(io, s->prompt("hi"), [&](std::exception_ptr e, prompt_result r) {
+        s->async_prompt("hi", [&](std::exception_ptr e, prompt_result r) {
             if (e || r.outcome != prompt_result::status::succeeded) std::abort();
             done = true;
         });
@@ -110,7 +110,7 @@ void abort_retry_latency(benchmark::State& state) {
     for (auto _ : state) {
         auto s = make_session(io, provider, 1'000'000'000, 3);
         clk::time_point resumed{};
-        asio::co_spawn(io, s->prompt("hi"), [&](std::exception_ptr e, prompt_result) {
+        s->async_prompt("hi", [&](std::exception_ptr e, prompt_result) {
             if (e) std::abort();
             resumed = clk::now();
         });
@@ -176,7 +176,7 @@ void parked_sessions(benchmark::State& state) {
         std::size_t completed = 0;
         for (std::size_t i = 0; i < n; ++i) {
             sessions.push_back(make_session(io, provider, 1'000'000'000, 3));
-            asio::co_spawn(io, sessions.back()->prompt("hi"), [&](std::exception_ptr e, prompt_result) {
+            sessions.back()->async_prompt("hi", [&](std::exception_ptr e, prompt_result) {
                 if (e) std::abort();
                 ++completed;
             });

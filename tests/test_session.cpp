@@ -590,3 +590,78 @@ TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts 
     REQUIRE(got2);
     CHECK(got2->outcome == prompt_result::status::succeeded);
 }
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+TEST_CASE("prompt() raced against a deadline with awaitable operators ends the turn cleanly", "[session][embedding]") {
+    using namespace asio::experimental::awaitable_operators;
+    harness h(two_errors_then_ok);
+    std::optional<std::string> winner;
+    auto race = [](agent_session& s, std::optional<std::string>& out) -> asio::awaitable<void> {
+        manual_timer deadline(co_await asio::this_coro::executor);
+        deadline.expires_after(std::chrono::milliseconds(1000));
+        auto r = co_await (s.prompt("hi") || deadline.async_wait(asio::use_awaitable));
+        out = r.index() == 0 ? "prompt" : "deadline";
+    };
+    asio::co_spawn(h.io, race(*h.session, winner), [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    h.run_ready();
+    h.advance(std::chrono::milliseconds(1000));
+    REQUIRE(winner);
+    CHECK(*winner == "deadline");
+    CHECK_FALSE(h.session->is_busy());
+    CHECK_FALSE(h.session->is_retrying());
+    CHECK(h.of("auto_retry_end")[0].at("finalError") == "Retry cancelled");
+    CHECK(h.of("agent_settled").size() == 1);
+    // the session is usable again
+    h.prompt("again");
+    h.advance(std::chrono::milliseconds(2000));
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE("async_prompt: the handler runs on its associated executor; a late cancel has no effect", "[session][embedding]") {
+    harness h(R"([{"text":"one"},{"text":"two"}])");
+    asio::io_context other;
+    asio::cancellation_signal cancel;
+    std::optional<prompt_result> got;
+    h.session->async_prompt(
+        "hi", asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(other.get_executor(), [&](std::exception_ptr, prompt_result r) {
+                                               got = std::move(r);
+                                           })));
+    h.run_ready();
+    CHECK_FALSE(got);  // not run on the session's io_context
+    other.poll();
+    REQUIRE(got);
+    CHECK(got->outcome == prompt_result::status::succeeded);
+    cancel.emit(asio::cancellation_type::terminal);  // after completion
+    h.prompt("next");
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(text_of(*h.result->last_assistant) == "two");
+}
+
+TEST_CASE("cancelling a queued follow-up drops only its message", "[session][embedding][busy]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    asio::cancellation_signal cancel;
+    std::optional<prompt_result> queued;
+    h.session->async_prompt("later", streaming_behavior::follow_up,
+                            asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr, prompt_result r) {
+                                queued = std::move(r);
+                            }));
+    h.run_ready();
+    CHECK(h.session->pending_message_count() == 1);
+    cancel.emit(asio::cancellation_type::terminal);
+    h.run_ready();
+    REQUIRE(queued);
+    CHECK(queued->outcome == prompt_result::status::aborted);
+    CHECK(h.session->pending_message_count() == 0);
+    CHECK(h.session->is_retrying());  // the running prompt goes on
+    h.advance(std::chrono::milliseconds(6000));
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(h.requests().size() == 3);  // no follow-up request
+}

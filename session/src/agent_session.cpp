@@ -203,7 +203,29 @@ void agent_session::abort() {
 // ---- the prompt -------------------------------------------------------------------------
 
 asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming_behavior behavior) {
-    if (busy_) co_return co_await queue_while_busy(std::move(text), behavior);
+    // through async_prompt: cancelling the awaiting coroutine (e.g. awaitable operators) reaches
+    // abort() instead of unwinding the turn half-way
+    return async_prompt(std::move(text), behavior, asio::use_awaitable);
+}
+
+void agent_session::cancel_prompt(std::uint64_t id) {
+    for (auto* q : {&steer_queue_, &follow_up_queue_})
+        for (auto it = q->begin(); it != q->end(); ++it)
+            if (it->id == id) {  // still queued: only this message goes
+                q->erase(it);
+                for (auto& w : waiters_)
+                    if (w.id == id) {
+                        *w.cancelled = true;
+                        w.timer->cancel();
+                    }
+                return;
+            }
+    if (busy_ && running_id_ == id) abort();
+}
+
+asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, streaming_behavior behavior,
+                                                         std::uint64_t id) {
+    if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
     if (compacting_) {
         prompt_result r;
         r.outcome = prompt_result::status::refused;
@@ -211,6 +233,7 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming
         co_return r;
     }
     busy_ = true;
+    running_id_ = id;
     machine_.begin_prompt();
     abort_.reset();
     message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
@@ -243,7 +266,8 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming
         // queued follow-ups (and steering messages no turn picked up) run before settling
         if (!abort_.requested() && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
             if (!follow_up_queue_.empty()) {
-                pending = std::move(follow_up_queue_.front());
+                pending = std::move(follow_up_queue_.front().msg);
+                running_id_ = follow_up_queue_.front().id;
                 follow_up_queue_.erase(follow_up_queue_.begin());
             }
             machine_.begin_prompt();
@@ -255,27 +279,34 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming
         break;
     }
     busy_ = false;
-    if (settled_) settled_->cancel();  // wakes the prompts queued while busy
+    for (auto& w : waiters_) w.timer->cancel();  // wakes the prompts queued while busy
+    waiters_.clear();
     emit(agent_settled_event{});
     co_return last_result_;
 }
 
-asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior) {
+asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior,
+                                                              std::uint64_t id) {
+    prompt_result r;
     if (behavior == streaming_behavior::none) {
-        prompt_result r;
         r.outcome = prompt_result::status::refused;
         r.error = busy_text;
         co_return r;
     }
     auto m = std::make_shared<message>(make_user_message(std::move(text)));
-    (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back(std::move(m));
-    if (!settled_) {
-        settled_ = std::make_unique<asio::steady_timer>(executor_);
-        settled_->expires_at(asio::steady_timer::time_point::max());
-    }
-    // a latch: the timer never fires, cancel() at settle wakes every waiter
+    (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back({std::move(m), id});
+    // a latch: the timer never fires; settle (or cancelling this prompt) cancels it
+    asio::steady_timer latch(executor_, asio::steady_timer::time_point::max());
+    bool cancelled = false;
+    waiters_.push_back({id, &latch, &cancelled});
     boost::system::error_code ec;
-    co_await settled_->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await latch.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    std::erase_if(waiters_, [&](const waiter& w) { return w.timer == &latch; });
+    if (cancelled) {
+        r.outcome = prompt_result::status::aborted;
+        r.error = "Cancelled before it ran";
+        co_return r;
+    }
     co_return last_result_;
 }
 
@@ -487,13 +518,13 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             user = nullptr;
         }
         if (!steer_queue_.empty()) {
-            std::vector<message_ptr> steered;  // a listener may queue more while we emit
+            std::vector<queued_message> steered;  // a listener may queue more while we emit
             steered.swap(steer_queue_);
-            for (auto& s : steered) {
-                append(s);
-                emit(message_start_event{s});
-                emit(message_end_event{s});
-                out.added.push_back(std::move(s));
+            for (auto& q : steered) {
+                append(q.msg);
+                emit(message_start_event{q.msg});
+                emit(message_end_event{q.msg});
+                out.added.push_back(std::move(q.msg));
             }
         }
 

@@ -19,8 +19,11 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -124,45 +127,57 @@ public:
     agent_session(const agent_session&) = delete;
     agent_session& operator=(const agent_session&) = delete;
 
-    /// Runs one user prompt. Completes on the session's executor with the prompt's result
-    /// once the turn, its retry chain (success, exhaustion, cancel), compaction continuation
-    /// and queued follow-ups have ended, right after `agent_settled` was emitted.
-    /// While busy: `steer` / `follow_up` queue the message and complete when the session
-    /// settles; `none` completes at once with status refused.
-    /// The session must outlive the operation. Cancellation: use abort() / abort_retry();
-    /// the awaitable itself is not cancellable.
+    /// Runs one user prompt. Completes with the prompt's result once the turn, its retry chain
+    /// (success, exhaustion, cancel), compaction continuation and queued follow-ups have
+    /// ended, right after `agent_settled` was emitted. While busy: `steer` / `follow_up` queue
+    /// the message and complete when the session settles; `none` completes at once with
+    /// status refused. The same as async_prompt(text, behavior, use_awaitable): cancelling the
+    /// awaiting coroutine (terminal or partial, e.g. through awaitable operators) aborts the
+    /// turn cleanly — see async_prompt. The session must outlive the operation.
     boost::asio::awaitable<prompt_result> prompt(std::string text,
                                                  streaming_behavior behavior = streaming_behavior::none);
 
     /// prompt() for any Asio completion token (callback, use_future, use_awaitable, deferred).
     /// Completion signature: void(std::exception_ptr, prompt_result); the exception_ptr is set
-    /// only for a bug (a provider or listener that threw). The handler runs on the session's
-    /// executor unless it has an associated executor of its own. The session and `text`'s
-    /// owner need not outlive the call for `text` (it is moved), but the session must outlive
-    /// the operation. Cancellation: a cancellation slot bound to the token (any type:
-    /// terminal, partial or total) calls abort() on the session's executor — the pending retry
-    /// is cancelled first, then the stream; the operation then completes normally with status
-    /// aborted (the turn's state stays consistent, so every type is honoured the same way).
+    /// only for a bug (a provider, tool or listener that threw). The handler is invoked through
+    /// its associated executor (default: the session's). The session must outlive the
+    /// operation; `text` is moved in.
+    /// Cancellation through a slot bound to the token: terminal and partial are honoured —
+    /// for a running prompt they call abort() on the session's executor (the pending retry is
+    /// cancelled first, then the stream) and the operation completes with status aborted; for
+    /// a prompt still queued (steer / follow_up) only its own message is dropped and it
+    /// completes at once with status aborted. Total cancellation is not honoured (an abort has
+    /// visible effects). A cancellation that arrives after completion has no effect.
     template <typename CompletionToken>
     auto async_prompt(std::string text, streaming_behavior behavior, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
+        namespace asio = boost::asio;
+        return asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
             [this](auto handler, std::string t, streaming_behavior b) {
-                auto slot = boost::asio::get_associated_cancellation_slot(handler);
+                const std::uint64_t id = next_prompt_id_++;
+                auto pending = std::make_shared<bool>(true);
+                auto slot = asio::get_associated_cancellation_slot(handler);
                 if (slot.is_connected()) {
-                    slot.assign([this](boost::asio::cancellation_type type) {
-                        if (type != boost::asio::cancellation_type::none)
-                            boost::asio::post(executor_, [this] { abort(); });
+                    slot.assign([this, pending, id](asio::cancellation_type type) {
+                        if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
+                            asio::cancellation_type::none)
+                            return;
+                        asio::post(executor_, [this, pending, id] {
+                            if (*pending) cancel_prompt(id);
+                        });
                     });
                 }
+                auto ex = asio::get_associated_executor(handler, executor_);
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
-                auto done = [slot, h = std::move(handler)](std::exception_ptr e, prompt_result r) mutable {
+                auto done = [slot, pending, h = std::move(handler)](std::exception_ptr e,
+                                                                    prompt_result r) mutable {
+                    *pending = false;
                     if (slot.is_connected()) slot.clear();
                     std::move(h)(std::move(e), std::move(r));
                 };
-                boost::asio::co_spawn(executor_, prompt(std::move(t), b),
-                                      boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(),
-                                                                          std::move(done)));
+                asio::co_spawn(executor_, run_prompt(std::move(t), b, id),
+                               asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                            asio::bind_executor(ex, std::move(done))));
             },
             token, std::move(text), behavior);
     }
@@ -236,7 +251,9 @@ private:
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
     boost::asio::awaitable<message_ptr> complete_with_retry(provider_request req);
-    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b);
+    boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b, std::uint64_t id);
+    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b, std::uint64_t id);
+    void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
     // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry events
     next_step finish_run(run_outcome out, bool overflow_recovered);
@@ -263,15 +280,26 @@ private:
     retry_machine machine_;
     std::unique_ptr<cancellable_wait> backoff_;
     abort_signal abort_;
-    // latch for prompts queued while busy (created on first use): cancelled at settle
-    std::unique_ptr<boost::asio::steady_timer> settled_;
     prompt_result last_result_;
 
     std::vector<message_ptr> messages_;
     session_history history_;
     // small FIFOs (a std::deque would allocate ~1 KiB per session up front)
-    std::vector<message_ptr> steer_queue_;
-    std::vector<message_ptr> follow_up_queue_;
+    struct queued_message {
+        message_ptr msg;
+        std::uint64_t id;  // the prompt call that queued it
+    };
+    std::vector<queued_message> steer_queue_;
+    std::vector<queued_message> follow_up_queue_;
+    // prompts queued while busy, parked on latches in their frames until the session settles
+    struct waiter {
+        std::uint64_t id;
+        boost::asio::steady_timer* timer;
+        bool* cancelled;
+    };
+    std::vector<waiter> waiters_;
+    std::uint64_t next_prompt_id_ = 1;
+    std::uint64_t running_id_ = 0;
 
     struct listener_entry {
         std::uint64_t id;
