@@ -415,3 +415,14 @@ TEST_CASE("retry machine: x-should-retry false stops the chain only with honorSh
         CHECK(m.on_agent_end(&e, retryable(), s, true).will_retry);
     }
 }
+
+TEST_CASE("retry machine: x-should-retry false stops the chain only with retry.honorShouldRetry", "[retry]") {
+    auto e = error_msg("503 overloaded");
+    e.should_retry = false;
+    retry_settings s;
+    retry_machine m;
+    CHECK(m.on_agent_end(&e, retryable(), s).will_retry);  // recorded, not honoured by default
+    retry_machine m2;
+    s.honor_should_retry = true;
+    CHECK_FALSE(m2.on_agent_end(&e, retryable(), s).will_retry);
+}

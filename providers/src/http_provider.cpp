@@ -215,10 +215,6 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
 }
 
 // x-should-retry is kept on the message when message has the field (runtime/message.hpp).
-template <typename Message>
-void record_should_retry(Message& m, std::optional<bool> v) {
-    if constexpr (requires { m.should_retry = v; }) m.should_retry = v;
-}
 
 struct slot_guard {
     asio::cancellation_slot slot;
@@ -361,7 +357,7 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     out.error_message = std::move(d.text);
     out.error_status = status;
     out.error_type = std::move(d.type);
-    record_should_retry(out, should_retry_header(headers));
+    out.should_retry = should_retry_header(headers);
     co_return !body_error && parser.get().keep_alive();
 }
 

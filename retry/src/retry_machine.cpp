@@ -7,14 +7,6 @@ namespace coagent {
 
 namespace {
 
-// x-should-retry as recorded on the message, when message has the field.
-template <typename Message>
-std::optional<bool> should_retry_of(const Message* m) {
-    if constexpr (requires { m->should_retry; }) {
-        if (m) return m->should_retry;
-    }
-    return std::nullopt;
-}
 
 std::string seconds_text(std::int64_t ms) {
     return std::to_string(ms <= 0 ? 0 : (ms - 1) / 1000 + 1);  // ceil, as the TUI shows delays
@@ -55,7 +47,7 @@ void retry_machine::usage_switch_succeeded(agent_end_decision& d) noexcept {
 
 agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,
                                                const retry_settings& s) {
-    return on_agent_end(last, c, s, should_retry_of(last));
+    return on_agent_end(last, c, s, last ? last->should_retry : std::nullopt);
 }
 
 agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,

@@ -211,6 +211,7 @@ json::object to_json(const message& m) {
             if (m.error_message) o["errorMessage"] = *m.error_message;
             if (m.error_status) o["errorStatus"] = *m.error_status;
             if (!m.error_type.empty()) o["errorType"] = m.error_type;
+            if (m.should_retry) o["shouldRetry"] = *m.should_retry;
             break;
         case message_role::tool_result:
             o["toolCallId"] = m.tool_call_id;
@@ -243,6 +244,7 @@ message message_from_json(const json::value& v) {
         if (const auto* s = find(o, "errorStatus"); s && s->is_int64())
             m.error_status = static_cast<int>(s->get_int64());
         m.error_type = get_string(o, "errorType", false);
+        if (const auto* r = find(o, "shouldRetry"); r && r->is_bool()) m.should_retry = r->get_bool();
         if (const auto* u = find(o, "usage"); u && u->is_object()) {
             const auto& uo = u->get_object();
             m.usage.input = get_int(uo, "input");

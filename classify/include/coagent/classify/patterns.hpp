@@ -9,7 +9,7 @@
 namespace coagent {
 
 /// Bumped whenever an entry is added, removed, reordered or changed.
-inline constexpr std::string_view pattern_table_version = "2026.11.1";
+inline constexpr std::string_view pattern_table_version = "2026.11.2";
 
 /// Extraction helpers (not decision rules): the provider's JSON error type
 /// (`"type":"overloaded_error"`), and one part of a "try again in 2h 3m" duration.

@@ -66,7 +66,7 @@ public:
     /// "<error> (server asked to wait <N>s, above retry.maxDelayMs)" and attempt = retries made.
     /// With retry.honorShouldRetry, `should_retry == false` (the response's x-should-retry
     /// header) makes the error not retryable. The 3-argument form reads it from
-    /// `last->should_retry` when message has that field.
+    /// `last->should_retry`.
     agent_end_decision on_agent_end(const message* last, const classification& c,
                                     const retry_settings& s);
     agent_end_decision on_agent_end(const message* last, const classification& c,

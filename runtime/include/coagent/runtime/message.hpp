@@ -68,6 +68,7 @@ struct message {
     // structured error details beside the text (not part of the reference's shape)
     std::optional<int> error_status;
     std::string error_type;
+    std::optional<bool> should_retry;  // the response's x-should-retry header, when it had one
 
     // toolResult
     std::string tool_call_id;
