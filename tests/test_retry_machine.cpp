@@ -204,7 +204,7 @@ TEST_CASE("retry machine: usage-limit decisions carry the hint; a switch forces 
     CHECK(d.usage_limit);
     CHECK(d.retry_hint_ms == 1234);
     CHECK(d.start->delay_ms == 2000);
-    retry_machine::usage_switch_succeeded(d);
+    m.usage_switch_succeeded(d);
     CHECK(d.start->delay_ms == 0);
 }
 
@@ -363,7 +363,7 @@ TEST_CASE("retry machine: a usage limit above maxDelayMs ends unless the auth st
     {
         retry_machine m;
         auto d = m.on_agent_end(&e, with_hint(usage_limit(), 1'800'000), s);
-        retry_machine::usage_switch_succeeded(d);  // another credential is free: go on, now
+        m.usage_switch_succeeded(d);  // another credential is free: go on, now
         CHECK(d.will_retry);
         CHECK_FALSE(d.end);
         REQUIRE(d.start);

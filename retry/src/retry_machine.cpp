@@ -34,11 +34,11 @@ double retry_machine::draw() {
 }
 
 void retry_machine::usage_switch_succeeded(agent_end_decision& d) noexcept {
-    if (d.revive_) {
+    if (d.revive_attempt_ > 0) {
         // the switch makes the long wait moot: the chain goes on (with attempt n)
-        d.revive_->attempt_ = d.revive_attempt_;
-        d.revive_->chain_active_ = true;
-        d.revive_ = nullptr;
+        attempt_ = d.revive_attempt_;
+        chain_active_ = true;
+        d.revive_attempt_ = 0;
         d.end.reset();
         d.will_retry = true;
     }
@@ -87,7 +87,6 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
                                      error_text(last) + " (server asked to wait " + seconds_text(w.asked_ms) +
                                          "s, above retry.maxDelayMs)"};
         if (d.usage_limit) {
-            d.revive_ = this;
             d.revive_attempt_ = attempt_;
         }
         end_chain();

@@ -322,7 +322,7 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
     agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
     if (d.usage_limit && auth_ &&
         auth_->mark_usage_limit_reached(last->provider, history_.session_id(), d.retry_hint_ms))
-        retry_machine::usage_switch_succeeded(d);
+        machine_.usage_switch_succeeded(d);
 
     emit(agent_end_event{std::move(out.added), d.will_retry});
     if (d.end) emit(*d.end);
@@ -480,7 +480,7 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         agent_end_decision d = machine_.on_agent_end(reply.get(), c, config_.retry);
         if (d.usage_limit && auth_ &&
             auth_->mark_usage_limit_reached(model.provider, history_.session_id(), d.retry_hint_ms))
-            retry_machine::usage_switch_succeeded(d);
+            machine_.usage_switch_succeeded(d);
         if (d.end) emit(*d.end);
         if (!d.will_retry) co_return reply;
         emit(*d.start);

@@ -26,7 +26,7 @@ struct agent_end_decision {
     /// Emit right after agent_end: the chain ended here (exhausted, failed, cancelled).
     std::optional<auto_retry_end_event> end;
     /// The error is a usage limit: the shell asks the auth storage and, if a credential or
-    /// model switch succeeded, calls retry_machine::usage_switch_succeeded(decision).
+    /// model switch succeeded, calls usage_switch_succeeded(decision) on the same machine.
     bool usage_limit = false;
     std::optional<std::int64_t> retry_hint_ms;
     /// The message goes to the compaction path (context overflow, no retry started).
@@ -36,8 +36,7 @@ private:
     friend class retry_machine;
     // A usage limit whose honoured hint is above retry.maxDelayMs ends the chain (`end`)
     // unless the auth storage switches credentials: usage_switch_succeeded() then revives it.
-    class retry_machine* revive_ = nullptr;
-    int revive_attempt_ = 0;
+    int revive_attempt_ = 0;  // > 0: the attempt a switch would revive
 };
 
 /// What to do after the backoff wait completed.
@@ -74,7 +73,7 @@ public:
 
     /// The auth storage switched credential/model: the wait becomes 0 (spec §3 step 7); a chain
     /// that a too-long server hint was about to end goes on.
-    static void usage_switch_succeeded(agent_end_decision& d) noexcept;
+    void usage_switch_succeeded(agent_end_decision& d) noexcept;
 
     /// The random draw for retry.jitter: uniform in [0, 1). Default: a PRNG seeded once from
     /// std::random_device on first use (so processes do not jitter in step).
