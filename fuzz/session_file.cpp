@@ -1,0 +1,43 @@
+// Fuzz target: a session file (JSONL) as `coagent --session FILE` / `--continue` loads it,
+// then one more entry appended to it and the file loaded again.
+// Invariants: a file that is not a session file is a runtime_error naming it; a loaded one
+// rebuilds its context without failing, takes an append (after a torn tail too), and loads
+// again with exactly one more entry, the new one last.
+
+#include "fuzz_support.hpp"
+
+#include <coagent/session/history.hpp>
+
+using namespace coagent;
+namespace json = boost::json;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    const auto file = fuzz::write_scratch("session.jsonl", data, size);
+    std::size_t entries = 0;
+    {
+        std::optional<session_history::loaded> l;
+        try {
+            l.emplace(session_history::load(file));
+        } catch (const std::system_error& e) {
+            FUZZ_CHECK(false);  // the file exists and is writable: not an I/O error
+        } catch (const std::runtime_error& e) {
+            FUZZ_CHECK(std::string_view(e.what()).starts_with(file.string()));
+            return 0;
+        }
+        auto& h = l->history;
+        FUZZ_CHECK(!h.session_id().empty());
+        entries = h.entries().size();
+        const auto ctx = h.context();
+        const auto msgs = h.messages();
+        FUZZ_CHECK(msgs.size() <= entries);
+        for (const auto& m : ctx) FUZZ_CHECK(m != nullptr);
+        for (const auto& w : l->warnings) FUZZ_CHECK(w.starts_with(file.string()));
+        auto m = std::make_shared<message>(make_user_message("appended by the fuzzer"));
+        FUZZ_CHECK(!h.append_message(m));
+    }
+    auto again = session_history::load(file);
+    FUZZ_CHECK(again.history.entries().size() == entries + 1);
+    const auto& last = again.history.entries().back();
+    FUZZ_CHECK(last.msg && text_of(*last.msg) == "appended by the fuzzer");
+    return 0;
+}
