@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Crash safety of the session file (issue 7): many iterations of `coagent --mode rpc` on the faux
+# provider with a session directory, fed prompts (some with 40 KB replies, so a write is torn now
+# and then), retries and tool calls, then kill -9 at a random moment. After each kill:
+#  - the session file loads (coagent_crash_helper check-session, and `coagent --session FILE`
+#    continues it);
+#  - every message whose message_end event had reached stdout before the kill is in the file,
+#    in order.
+# Usage: kill9.sh <coagent> <coagent_crash_helper>
+# Env: COAGENT_KILL9_ITERATIONS (default 40), COAGENT_KILL9_SEED (default: random; printed).
+set -uo pipefail
+COAGENT=$(realpath "$1")
+HELPER=$(realpath "$2")
+iterations=${COAGENT_KILL9_ITERATIONS:-40}
+seed=${COAGENT_KILL9_SEED:-$(( $(date +%s) % 32768 ))}
+RANDOM=$seed
+echo "kill9: $iterations iterations, seed $seed (COAGENT_KILL9_SEED=$seed reproduces the kill times)"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export COAGENT_DIR="$work/home"
+mkdir -p "$COAGENT_DIR"
+echo '{"retry":{"baseDelayMs":3,"maxRetries":3}}' > "$COAGENT_DIR/settings.json"
+cd "$work"
+
+big=$(head -c 40000 /dev/zero | tr '\0' 'x')
+step_sets=(
+  "{\"error\":\"503 Service Unavailable\",\"status\":503},{\"text\":\"one two three four five\",\"delayMs\":15}"
+  "{\"text\":\"$big\",\"delayMs\":5}"
+  "{\"toolCall\":{\"name\":\"not_registered\",\"arguments\":{\"a\":1}}},{\"text\":\"after the tool\",\"delayMs\":10}"
+  "{\"error\":\"overloaded\",\"times\":2},{\"text\":\"third time lucky\",\"delayMs\":8}"
+  "{\"text\":\"quick\"}"
+  "{\"text\":\"a stalled reply that resumes later on\",\"stallMs\":30}"
+)
+
+failed=0
+killed_with_entries=0
+empty_files=0
+published_total=0
+for i in $(seq 1 "$iterations"); do
+  dir="$work/it$i"
+  mkdir -p "$dir/sessions"
+  steps=""
+  for _ in $(seq 1 12); do
+    s=${step_sets[$((RANDOM % ${#step_sets[@]}))]}
+    steps="${steps:+$steps,}$s"
+  done
+  echo "[$steps]" > "$dir/script.json"
+  {
+    echo '{"id":"p0","type":"prompt","message":"first"}'
+    for k in 1 2 3 4 5; do echo "{\"id\":\"p$k\",\"type\":\"prompt\",\"message\":\"next $k\",\"streamingBehavior\":\"followUp\"}"; done
+  } > "$dir/commands.jsonl"
+  mkfifo "$dir/in"
+  "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
+    <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
+  pid=$!
+  # the commands, then stdin stays open until the kill
+  (cat "$dir/commands.jsonl"; sleep 30) >"$dir/in" &
+  feeder=$!
+  delay_ms=$((RANDOM % 700))
+  sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  kill "$feeder" 2>/dev/null
+  wait "$feeder" 2>/dev/null
+
+  published=$(grep -c '"type":"message_end"' "$dir/events.jsonl")
+  published_total=$((published_total + published))
+  files=("$dir"/sessions/*.jsonl)
+  if [ ! -e "${files[0]}" ]; then
+    if [ "$published" != 0 ]; then echo "FAILED it$i (kill at ${delay_ms} ms): no session file, $published messages published" >&2; failed=$((failed+1)); fi
+    continue
+  fi
+  if [ "${#files[@]}" != 1 ]; then
+    echo "FAILED it$i: ${#files[@]} session files" >&2; failed=$((failed+1)); continue
+  fi
+  file=${files[0]}
+  if [ ! -s "$file" ]; then
+    # killed before the first entry was written: nothing was published, nothing is lost, but
+    # `coagent --session FILE` refuses an empty file (reported in docs/reliability.md)
+    if [ "$published" != 0 ]; then echo "FAILED it$i: empty session file, $published messages published" >&2; failed=$((failed+1)); fi
+    empty_files=$((empty_files + 1))
+    continue
+  fi
+  if ! "$HELPER" check-session "$dir/events.jsonl" "$file" >"$dir/check.txt" 2>&1; then
+    echo "FAILED it$i (kill at ${delay_ms} ms): $(cat "$dir/check.txt")" >&2
+    cp "$file" "$work/../kill9-failed-it$i.jsonl" 2>/dev/null
+    failed=$((failed+1)); continue
+  fi
+  killed_with_entries=$((killed_with_entries + 1))
+  # and coagent itself continues the session from it
+  out=$("$COAGENT" --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
+  rc=$?
+  if [ $rc != 0 ] || [ "$out" != "resumed" ]; then
+    echo "FAILED it$i: coagent --session FILE exit $rc, stdout '$out': $(cat "$dir/resume.err")" >&2
+    failed=$((failed+1)); continue
+  fi
+  rm -rf "$dir"
+done
+echo "kill9: $iterations kills, $killed_with_entries session files checked, $published_total message_end events published in all, $empty_files killed before the first entry, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,360 @@
+// Broken configuration files, table-driven (issue 7): settings.json, models.json and auth.json
+// with wrong types, invalid JSON, an empty file, an unreadable file. Each row is checked twice:
+//  - in the library (settings_store::load, models_config::load, file_auth_storage): one
+//    settings_error naming the file, the key, what was expected and what was found;
+//  - through the coagent executable (COAGENT_DIR pointing at the broken file): exit code 2 and
+//    exactly one line on stderr, "coagent: <that error>", nothing on stdout.
+// Nothing is ever overwritten: the broken file is byte-identical afterwards and no other file
+// appears next to it, also when coagent would have written it (persist_global for
+// settings.json, a usage-limit block for auth.json). Unknown keys warn (settings.json) and are
+// kept when coagent rewrites a file.
+
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/providers/models_config.hpp>
+#include <coagent/session/settings_store.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace coagent;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        static std::atomic<unsigned> counter{0};
+        path = fs::temp_directory_path() /
+               ("coagent-bad-config-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+};
+
+void write_file(const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << text;
+    REQUIRE(out.good());
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/// Every file under `dir`, relative, sorted (to see that nothing was added or replaced); the
+/// "<file>.lock" files auth.json's writers lock are not content and left out.
+std::vector<std::string> listing(const fs::path& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+        if (e.path().extension() != ".lock") out.push_back(fs::relative(e.path(), dir).string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+enum class file_kind { settings, models, auth };
+
+std::string_view file_name(file_kind k) {
+    switch (k) {
+        case file_kind::settings: return "settings.json";
+        case file_kind::models: return "models.json";
+        case file_kind::auth: return "auth.json";
+    }
+    return "";
+}
+
+/// What `content` means: a file's text, or `directory` for a file that cannot be read.
+inline const std::string directory = "<a directory>";
+
+struct bad_case {
+    file_kind kind;
+    std::string what;     // the row's name
+    std::string content;  // the file's text, or `directory`
+    std::string key;      // expected settings_error::key ("" = the whole file)
+    std::string expected; // expected settings_error::expected
+    std::string found;    // a part of settings_error::found
+};
+
+const std::vector<bad_case>& cases() {
+    static const std::vector<bad_case> c = {
+        // settings.json
+        {file_kind::settings, "wrong type: boolean", R"({"retry":{"enabled":"yes"}})", "retry.enabled",
+         "a boolean (true or false)", R"("yes")"},
+        {file_kind::settings, "wrong type: integer", R"({"retry":{"maxRetries":"three"}})", "retry.maxRetries",
+         "a non-negative integer", R"("three")"},
+        {file_kind::settings, "wrong type: group", R"({"compaction":7})", "compaction", "an object", "7"},
+        {file_kind::settings, "wrong type: choice", R"({"retry":{"jitter":"lots"}})", "retry.jitter", "", R"("lots")"},
+        {file_kind::settings, "wrong type: top level", R"([{"retry":{}}])", "", "a JSON object at the top level", "[{"},
+        {file_kind::settings, "invalid JSON", "{\n  \"retry\": {\"enabled\": tru}\n}", "", "valid JSON", ""},
+        {file_kind::settings, "invalid JSON: truncated", R"({"retry":{"enabled":true)", "", "valid JSON", ""},
+        {file_kind::settings, "empty file", "", "", "a JSON object", "empty"},
+        {file_kind::settings, "blank file", " \n\t\n", "", "a JSON object", "empty"},
+        {file_kind::settings, "unreadable file", directory, "", "", "Is a directory"},
+        // models.json
+        {file_kind::models, "wrong type: providers", R"({"providers":[]})", "providers", "an object of providers", "[]"},
+        {file_kind::models, "wrong type: baseUrl",
+         R"({"providers":{"local":{"baseUrl":5,"api":"openai-completions","models":[{"id":"m1"}]}}})",
+         "providers.local.baseUrl", "an http:// or https:// URL", "5"},
+        {file_kind::models, "wrong type: contextWindow",
+         R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions","models":[{"id":"m1","contextWindow":"big"}]}}})",
+         "providers.local.models[0].contextWindow", "a positive integer", R"("big")"},
+        {file_kind::models, "wrong value: api",
+         R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"grpc","models":[{"id":"m1"}]}}})",
+         "providers.local.api", "\"openai-completions\" or \"anthropic-messages\"", R"("grpc")"},
+        {file_kind::models, "missing: models",
+         R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions"}}})",
+         "providers.local.models", "a non-empty array of models", "missing"},
+        {file_kind::models, "wrong type: top level", R"("local")", "", "a JSON object at the top level", R"("local")"},
+        {file_kind::models, "invalid JSON", R"({"providers":{"local":})", "", "valid JSON", ""},
+        // models.json "unreadable file": a known bug, see the [!shouldfail] test below
+        // auth.json
+        {file_kind::auth, "wrong type: provider value", R"({"openai":"sk-123"})", "openai",
+         "a credential object or an array of them", R"("sk-123")"},
+        {file_kind::auth, "wrong type: key", R"({"openai":[{"type":"api_key","key":5}]})", "openai[0].key",
+         "a non-empty string", "5"},
+        {file_kind::auth, "wrong type: blockedUntil",
+         R"({"openai":[{"type":"api_key","key":"sk-1","blockedUntil":"soon"}]})", "openai[0].blockedUntil",
+         "an epoch time in ms (a non-negative integer)", R"("soon")"},
+        {file_kind::auth, "wrong type: credential", R"({"openai":[{"type":"api_key","key":"sk-1"},7]})", "openai[1]",
+         "a credential object", "7"},
+        {file_kind::auth, "wrong type: top level", R"([1])", "", "a JSON object of providers", "[1]"},
+        {file_kind::auth, "invalid JSON", R"({"openai":[{"type":"api_key","key":"sk-1"})", "", "valid JSON", ""},
+        {file_kind::auth, "unreadable file", directory, "", "a readable file", "Is a directory"},
+    };
+    return c;
+}
+
+/// Creates the broken file of a row in `dir`; returns its path.
+fs::path make_file(const fs::path& dir, const bad_case& c) {
+    const fs::path p = dir / file_name(c.kind);
+    if (c.content == directory)
+        fs::create_directories(p / "not-a-file");
+    else
+        write_file(p, c.content);
+    return p;
+}
+
+/// Loads the row's file the way coagent does; returns the error (or nullopt if none).
+std::optional<settings_error> load_error(const bad_case& c, const fs::path& file) {
+    try {
+        switch (c.kind) {
+            case file_kind::settings:
+                (void)settings_store::load(file, file.parent_path() / "project" / "settings.json");
+                break;
+            case file_kind::models: (void)models_config::load(file); break;
+            case file_kind::auth: file_auth_storage{file}; break;
+        }
+    } catch (const settings_error& e) {
+        return e;
+    }
+    return std::nullopt;
+}
+
+struct process_result {
+    int exit_code = -1;
+    std::string out, err;
+};
+
+/// Runs coagent with COAGENT_DIR=dir (cwd = dir, so there is no project settings file).
+process_result run_coagent(const fs::path& dir, const std::string& args) {
+    const fs::path out = dir.parent_path() / (dir.filename().string() + ".stdout");
+    const fs::path err = dir.parent_path() / (dir.filename().string() + ".stderr");
+    const std::string cmd = "cd '" + dir.string() + "' && COAGENT_DIR='" + dir.string() + "' '" COAGENT_BIN "' " + args +
+                            " </dev/null >'" + out.string() + "' 2>'" + err.string() + "'";
+    const int status = std::system(cmd.c_str());
+    process_result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+}
+
+std::string coagent_args(file_kind k) {
+    // settings.json is read by every mode; models.json and auth.json only for an HTTP provider
+    switch (k) {
+        case file_kind::settings: return "-p hi --no-session";
+        case file_kind::models: return "-p hi --no-session --provider local";
+        case file_kind::auth: return "-p hi --no-session --provider openai";
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("bad configuration: one error naming file, key, expected and found, nothing overwritten", "[config]") {
+    for (const auto& c : cases()) {
+        DYNAMIC_SECTION(file_name(c.kind) << ": " << c.what) {
+            temp_dir dir;
+            const fs::path file = make_file(dir.path, c);
+            const auto before = listing(dir.path);
+            const std::string text_before = c.content == directory ? "" : read_text(file);
+
+            // the library: one settings_error with the four parts
+            const auto e = load_error(c, file);
+            REQUIRE(e);
+            CHECK(e->file == file.string());
+            CHECK(e->key == c.key);
+            if (!c.expected.empty()) CHECK(e->expected == c.expected);
+            CHECK_THAT(e->found, Catch::Contains(c.found));
+            const std::string what = e->what();
+            CHECK(what.starts_with(file.string() + ":"));
+            if (!c.key.empty()) CHECK_THAT(what, Catch::Contains("key \"" + c.key + "\""));
+            if (e->expected == "valid JSON") {
+                CHECK(e->line > 0);  // file:line:col
+                CHECK(e->column > 0);
+                CHECK(what.starts_with(file.string() + ":" + std::to_string(e->line) + ":" + std::to_string(e->column) + ":"));
+            }
+
+            // the executable: exit 2, one line on stderr that is this error
+            const auto r = run_coagent(dir.path, coagent_args(c.kind));
+            CHECK(r.exit_code == 2);
+            CHECK(r.out.empty());
+            CHECK(r.err == "coagent: " + what + "\n");
+
+            // nothing was overwritten or added
+            CHECK(listing(dir.path) == before);
+            if (c.content != directory) CHECK(read_text(file) == text_before);
+        }
+    }
+}
+
+TEST_CASE("bad configuration found later: a broken file is not overwritten by coagent's own writes", "[config]") {
+    // settings.json: persist_global (the RPC set_auto_retry / TUI toggle) after the file broke
+    for (const auto& c : cases()) {
+        if (c.kind == file_kind::models) continue;  // coagent never writes models.json
+        DYNAMIC_SECTION(file_name(c.kind) << ": " << c.what) {
+            temp_dir dir;
+            const fs::path file = dir.path / file_name(c.kind);
+            if (c.kind == file_kind::settings) {
+                // persisting retry.enabled replaces a bad retry.enabled: that is the write asked for
+                if (c.key == "retry.enabled") continue;
+                write_file(file, R"({"retry":{"enabled":true}})");
+                auto store = settings_store::load(file, dir.path / "project" / "settings.json");
+                fs::remove(file);
+                make_file(dir.path, c);
+                const auto before = listing(dir.path);
+                const std::string text = c.content == directory ? "" : read_text(file);
+                bool threw = false;
+                try {
+                    store.persist_global("retry.enabled", json::value(false));
+                } catch (const settings_error& e) {
+                    threw = true;
+                    CHECK(e.file == file.string());
+                    CHECK_THAT(std::string(e.what()), Catch::Contains(file.string()));
+                }
+                // an empty file holds nothing to keep: it is the one broken file persist may replace
+                if (c.content.find_first_not_of(" \t\r\n") == std::string::npos && c.content != directory) {
+                    CHECK_FALSE(threw);
+                    continue;
+                }
+                CHECK(threw);
+                CHECK(listing(dir.path) == before);
+                if (c.content != directory) CHECK(read_text(file) == text);
+                CHECK(store.current().retry.enabled);  // the failed write changed nothing
+            } else {
+                // auth.json: a usage limit after the file broke is kept in memory, not written
+                write_file(file, R"({"openai":[{"type":"api_key","key":"sk-1"},{"type":"api_key","key":"sk-2"}]})");
+                std::ostringstream log;
+                auto logger = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+                file_auth_storage auth(file, [] { return std::int64_t{1'700'000'000'000}; }, logger);
+                REQUIRE(auth.api_key("openai", "s1") == "sk-1");
+                fs::remove(file);
+                make_file(dir.path, c);
+                const auto before = listing(dir.path);
+                const std::string text = c.content == directory ? "" : read_text(file);
+                CHECK(auth.mark_usage_limit_reached("openai", "s1", 1000));  // switched to sk-2 in memory
+                CHECK(auth.api_key("openai", "s1") == "sk-2");
+                CHECK(listing(dir.path) == before);
+                if (c.content != directory) CHECK(read_text(file) == text);
+                CHECK_THAT(log.str(), Catch::Contains(file.string()));
+            }
+        }
+    }
+}
+
+TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.json keeps them", "[config]") {
+    temp_dir dir;
+    SECTION("settings.json") {
+        const fs::path file = dir.path / "settings.json";
+        write_file(file, R"({"retry":{"enabled":true,"provider":"x"},"quietStartup":true,"theme":{"name":"dark"}})");
+        auto store = settings_store::load(file, dir.path / "project" / "settings.json");
+        std::vector<std::string> keys;
+        for (const auto& w : store.warnings()) {
+            keys.push_back(w.key);
+            CHECK(w.file == file.string());
+            CHECK(w.message() == file.string() + ": unknown key \"" + w.key + "\" (kept, not used)");
+        }
+        CHECK(keys == std::vector<std::string>{"retry.provider", "quietStartup", "theme"});
+        store.persist_global("retry.enabled", json::value(false));
+        const auto v = json::parse(read_text(file)).as_object();
+        CHECK(v.at("retry").at("provider") == "x");
+        CHECK(v.at("retry").at("enabled") == false);
+        CHECK(v.at("quietStartup") == true);
+        CHECK(v.at("theme").at("name") == "dark");
+
+        // and through coagent: one warning line per unknown key, then the prompt runs
+        const auto r = run_coagent(dir.path, "-p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
+        CHECK(r.exit_code == 0);
+        CHECK(r.out == "ok\n");
+        CHECK(r.err == "warning: " + file.string() + ": unknown key \"retry.provider\" (kept, not used)\n" +
+                           "warning: " + file.string() + ": unknown key \"quietStartup\" (kept, not used)\n" +
+                           "warning: " + file.string() + ": unknown key \"theme\" (kept, not used)\n");
+    }
+    SECTION("auth.json: other credential types and unknown fields survive a rewrite") {
+        const fs::path file = dir.path / "auth.json";
+        write_file(file, R"({"openai":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2"}],)"
+                         R"("anthropic":{"type":"oauth","refresh":"r","expires":1},"note":{"type":"other"}})");
+        file_auth_storage auth(file, [] { return std::int64_t{1'700'000'000'000}; });
+        REQUIRE(auth.api_key("openai", "s1") == "sk-1");
+        CHECK(auth.mark_usage_limit_reached("openai", "s1", 1000));
+        const auto v = json::parse(read_text(file)).as_object();
+        CHECK(v.at("openai").at(0).at("label") == "work");
+        CHECK(v.at("openai").at(0).at("blockedUntil") == 1'700'000'001'000);
+        CHECK(v.at("anthropic") == json::parse(R"({"type":"oauth","refresh":"r","expires":1})"));
+        CHECK(v.at("note") == json::parse(R"({"type":"other"})"));
+    }
+}
+
+TEST_CASE("known bug: an unreadable models.json (here a directory) is taken as an empty one",
+          "[config][!shouldfail]") {
+    // models_config::load reads through std::ifstream, which opens a directory and then reads
+    // nothing: the error is lost and coagent runs with the built-in providers only. settings.json
+    // and auth.json report "<file>: cannot read it: Is a directory" (exit 2).
+    temp_dir dir;
+    const bad_case c{file_kind::models, "unreadable file", directory, "", "a readable file", ""};
+    const fs::path file = make_file(dir.path, c);
+    const auto e = load_error(c, file);
+    REQUIRE(e);
+    CHECK(e->file == file.string());
+}
