@@ -5,7 +5,7 @@
 if (!exists("data")) data = 'latency.dat'
 if (!exists("out")) out = 'latency.png'
 if (!exists("turns")) turns = 1000
-set terminal pngcairo size 1400,1000 font ",11"
+set terminal pngcairo size 1400,1000 font ",11" noenhanced
 set output out
 set datafile missing "nan"
 set logscale y

@@ -176,10 +176,12 @@ long proc_status_kb(int pid, const char* key) {
     return -1;
 }
 
-double children_cpu_s() {
+/// User and system CPU seconds of the reaped children so far.
+std::pair<double, double> children_cpu_s() {
     rusage ru{};
     ::getrusage(RUSAGE_CHILDREN, &ru);
-    return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    return {double(ru.ru_utime.tv_sec) + double(ru.ru_utime.tv_usec) / 1e6,
+            double(ru.ru_stime.tv_sec) + double(ru.ru_stime.tv_usec) / 1e6};
 }
 
 std::string read_first_line(const std::string& path, const std::string& prefix = "") {
@@ -228,7 +230,7 @@ struct scenario {
 };
 
 struct proc_result {
-    double ready_ms = nan_v, first_response_ms = nan_v, cpu_s = nan_v;
+    double ready_ms = nan_v, first_response_ms = nan_v, cpu_s = nan_v, cpu_sys_s = nan_v;
     long hwm_idle_kb = -1, hwm_kb = -1, rss_anon_kb = -1;
     int exit_status = -1;
     std::vector<double> wall_ms, net_ms, abort_ms;
@@ -339,7 +341,7 @@ struct bench {
         std::map<std::string, std::string> env = a.env;
         env[a.dir_var] = config_dir(a, s.profile).string();
         env["PEER_BENCH_SCENARIO"] = s.name;  // for a profiling wrapper (bench/peer/run --profile)
-        const double cpu_before = children_cpu_s();
+        const auto cpu_before = children_cpu_s();
         const auto t0 = clk::now();
         std::vector<std::string> args;
         for (const auto& x : a.args)
@@ -425,7 +427,9 @@ struct bench {
         r.rss_anon_kb = proc_status_kb(c.pid(), "RssAnon");
         sub.reset();
         r.exit_status = co_await c.stop();
-        r.cpu_s = children_cpu_s() - cpu_before;
+        const auto cpu_after = children_cpu_s();
+        r.cpu_sys_s = cpu_after.second - cpu_before.second;
+        r.cpu_s = cpu_after.first - cpu_before.first + r.cpu_sys_s;
         r.statuses = server.new_requests();
         std::vector<int> expected;
         for (const auto& st : process_steps(s)) expected.push_back(st.status);
@@ -633,20 +637,28 @@ int main(int argc, char** argv) {
     });
     add("retry2_net_ms", "2x503+success, settled - 3 ms backoff, median", "ms", 20,
         [&](const std::string& n) { return median(b.all("retry2", n, &proc_result::net_ms)); });
+    add("retry2_first_net_ms", "  the first of them in the process (lazy set-up)", "ms", 0, [&](const std::string& n) {
+        const auto& runs = b.results["retry2"][n];
+        return runs.empty() || runs[0].net_ms.empty() ? nan_v : runs[0].net_ms[0];
+    });
     add("exhausted_net_ms", "4x503 exhausted, settled - 7 ms backoff, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("exhausted", n, &proc_result::net_ms)); });
     add("abort_ms", "abort_retry sent -> settled, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("abort", n, &proc_result::abort_ms)); });
-    auto cpu_per_turn = [&](const std::string& sc, const std::string& n) {
+    auto cpu_per_turn = [&](const std::string& sc, const std::string& n, double proc_result::*m = &proc_result::cpu_s) {
         const auto& runs = b.results[sc][n];
-        const double cold = median(b.each("cold", n, &proc_result::cpu_s));
+        const double cold = median(b.each("cold", n, m));
         if (runs.empty()) return nan_v;
-        return (runs[0].cpu_s - cold) * 1000 / double(opt.turns - 1);
+        return (runs[0].*m - cold) * 1000 / double(opt.turns - 1);
     };
     add("cpu_per_turn_ms", "CPU per turn, one " + std::to_string(opt.turns) + "-turn conversation", "ms", 50,
         [&](const std::string& n) { return cpu_per_turn("cpu", n); });
+    add("cpu_sys_per_turn_ms", "  of which in the kernel (system time)", "ms", 0,
+        [&](const std::string& n) { return cpu_per_turn("cpu", n, &proc_result::cpu_sys_s); });
     add("cpu_per_turn_short_ms", "CPU per turn, " + std::to_string(opt.turns) + " turns in 10-turn conversations", "ms", 50,
         [&](const std::string& n) { return cpu_per_turn("cpu_short", n); });
+    add("cpu_sys_per_turn_short_ms", "  of which in the kernel (system time)", "ms", 0,
+        [&](const std::string& n) { return cpu_per_turn("cpu_short", n, &proc_result::cpu_sys_s); });
     add("turn_short_ms", "plain turn in 10-turn conversations, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("cpu_short", n, &proc_result::wall_ms)); });
     add("cpu_startup_ms", "CPU of a process: start + 1 turn + exit", "ms", 0,
@@ -797,7 +809,11 @@ int main(int argc, char** argv) {
     utsname u{};
     ::uname(&u);
     out["machine"] = json::object{
-        {"cpu", read_first_line("/proc/cpuinfo", "model name")},
+        {"cpu", [] {
+             std::string m = read_first_line("/proc/cpuinfo", "model name");
+             const auto colon = m.find(": ");
+             return colon == std::string::npos ? m : m.substr(colon + 2);
+         }()},
         {"cores", std::thread::hardware_concurrency()},
         {"kernel", std::string(u.release)},
         {"loadavg_start", loadavg_start[0]},
@@ -808,6 +824,18 @@ int main(int argc, char** argv) {
                                    {"reference", "@mariozechner/pi-coding-agent@0.73.1"}};
     out["config"] = json::object{{"quick", opt.quick}, {"startups", opt.startups}, {"reps", opt.reps},
                                  {"turns", opt.turns}, {"run_seconds", run_s}};
+    json::array sc_json;
+    for (const auto& sc : b.scenarios) {
+        json::array steps;
+        for (const auto& st : sc.per_rep) steps.push_back(st.status);
+        sc_json.push_back(json::object{{"name", sc.name}, {"label", sc.label}, {"processes", sc.processes},
+                                       {"warmup_turn", sc.warmup}, {"reps", sc.reps}, {"statuses_per_rep", steps},
+                                       {"backoff_ms_subtracted", sc.backoff_ms},
+                                       {"base_delay_ms", sc.profile == "fast" ? 1 : 10000},
+                                       {"new_session_every", sc.new_session_every},
+                                       {"session_files", sc.session_files}});
+    }
+    out["scenarios"] = sc_json;
     out["figures"] = fig_json;
     out["requests"] = req_json;
     out["requests_equal"] = requests_equal;
@@ -822,7 +850,7 @@ int main(int argc, char** argv) {
         for (const auto& n : names) {
             json::array procs;
             for (const auto& r : b.results[s.name][n]) {
-                json::object p{{"first_response_ms", r.first_response_ms}, {"cpu_s", r.cpu_s},
+                json::object p{{"first_response_ms", r.first_response_ms}, {"cpu_s", r.cpu_s}, {"cpu_sys_s", r.cpu_sys_s},
                                {"hwm_idle_kb", r.hwm_idle_kb}, {"hwm_kb", r.hwm_kb}, {"rss_anon_kb", r.rss_anon_kb}, {"exit_status", r.exit_status},
                                {"requests", r.statuses.size()}};
                 if (!std::isnan(r.ready_ms)) p["ready_ms"] = r.ready_ms;
