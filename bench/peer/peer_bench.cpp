@@ -503,8 +503,10 @@ std::string fmt(double x, int prec = 2) {
 }
 
 double ratio(double ref, double co) { return (std::isnan(ref) || std::isnan(co) || co <= 0) ? nan_v : ref / co; }
+/// Within 10 % of the floor, coagent's own share is noise: no net ratio then.
+bool at_floor(double co, double floor) { return !std::isnan(co) && !std::isnan(floor) && co - floor < 0.1 * floor; }
 double net_ratio(double ref, double co, double floor) {
-    if (std::isnan(floor)) return nan_v;
+    if (std::isnan(floor) || at_floor(co, floor)) return nan_v;
     const double r = ref - floor, c = co - floor;
     if (std::isnan(r) || std::isnan(c) || c <= 0 || r <= 0) return nan_v;
     return r / c;
@@ -746,10 +748,8 @@ int main(int argc, char** argv) {
             target = ">= " + std::to_string(int(f.target)) + "x " + (std::isnan(r) ? "" : met ? "met" : "MISSED");
             if (!std::isnan(r) && !met) missed.push_back(f.key);
         }
-        // net ratio: n/a without a floor; "at floor" when coagent is within the floor's noise
-        const std::string net = !std::isnan(nr) ? fmt(nr, 1) + "x"
-                                : (!std::isnan(fl) && !std::isnan(co) && co <= fl) ? "at floor"
-                                                                                   : "n/a";
+        // net ratio: n/a without a floor; "at floor" when coagent is within 10 % of it
+        const std::string net = !std::isnan(nr) ? fmt(nr, 1) + "x" : at_floor(co, fl) ? "at floor" : "n/a";
         std::printf("%-56s %9s %9s %9s %8s %9s  %s\n", (f.label + " [" + f.unit + "]").c_str(), fmt(fl, 3).c_str(),
                     fmt(co, 3).c_str(), fmt(re, 3).c_str(), (fmt(r, 1) + (std::isnan(r) ? "" : "x")).c_str(),
                     net.c_str(), target.c_str());
