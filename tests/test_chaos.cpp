@@ -67,7 +67,7 @@ namespace {
 /// emits into that handler: heap-use-after-free. While this is open the schedules give the faux
 /// provider a fresh abort_signal per request (fresh_abort_provider), and the regression tests
 /// at the end of this file show the bug; set it to false once sleep_for clears the slot.
-constexpr bool known_bug_stale_abort_slot = true;
+constexpr bool known_bug_stale_abort_slot = false;  // fixed: sleep_for clears the slot
 
 /// Forwards to `inner` with an abort_signal of its own per request, linked to the session's.
 class fresh_abort_provider final : public provider {
@@ -93,14 +93,14 @@ private:
 /// cancelled" and prompt_result documents cancelled retries as failed (chaos seed 324). While
 /// open, the schedules accept an aborted result after an abort_retry(); the regression test at
 /// the end of this file shows it.
-constexpr bool known_bug_abort_retry_result = true;
+constexpr bool known_bug_abort_retry_result = false;  // fixed
 
 /// abort_retry() while a retried attempt streams sets the session's abort flag, so the prompt
 /// settles without running the follow-ups queued meanwhile; their prompts complete (with the
 /// aborted result), but their messages stay queued — abort() clears the queues, abort_retry()
 /// does not — and run later inside the next prompt (chaos seed 3948). While open, the schedules
 /// accept a message that runs after its prompt completed once abort_retry() was called.
-constexpr bool known_bug_abort_retry_leaves_queue = true;
+constexpr bool known_bug_abort_retry_leaves_queue = false;  // fixed
 
 // ---- the schedule: everything a seed decides -------------------------------------------------
 
@@ -777,8 +777,8 @@ TEST_CASE("chaos: random schedules of faults and calls keep the session's invari
 // [!shouldfail]: passes while the bug is there, fails once it is fixed (then drop the tag).
 // [.]: crashes under ASan while the bug is there; run with  coagent_chaos_tests "[regression]".
 
-TEST_CASE("known bug: sleep_for leaves its handler in the abort slot after the wait completed",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: sleep_for leaves no handler in the abort slot after the wait completed",
+          "[chaos][regression]") {
     manual_clock::reset();
     asio::io_context io;
     abort_signal abort;
@@ -795,8 +795,8 @@ TEST_CASE("known bug: sleep_for leaves its handler in the abort slot after the w
     CHECK_FALSE(abort.slot().has_handler());
 }
 
-TEST_CASE("known bug: abort_retry while a retried attempt streams makes prompt() report aborted (seed 324)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: abort_retry while a retried attempt streams reports a failed prompt, not aborted (seed 324)",
+          "[chaos][regression]") {
     coagent::test::harness h(R"([{"error":"503 Service Unavailable","status":503},{"text":"late reply","delayMs":5000}])");
     h.prompt("hi");
     h.advance(std::chrono::milliseconds(2000));  // the retried attempt is in flight (5 s delay)
@@ -810,8 +810,8 @@ TEST_CASE("known bug: abort_retry while a retried attempt streams makes prompt()
     CHECK(h.result->error == "Retry cancelled");
 }
 
-TEST_CASE("known bug: abort_retry while a retried attempt streams leaves queued follow-ups to run later (seed 3948)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queued follow-ups before settling (seed 3948)",
+          "[chaos][regression]") {
     coagent::test::harness h(
         R"([{"error":"503 Service Unavailable","status":503},{"text":"late reply","delayMs":5000},{"text":"one"},{"text":"two"}])");
     h.prompt("first");
@@ -837,8 +837,8 @@ TEST_CASE("known bug: abort_retry while a retried attempt streams leaves queued 
     CHECK(h.session->pending_message_count() == 0);
 }
 
-TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (use-after-free)",
-          "[chaos][regression][.]") {
+TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",
+          "[chaos][regression]") {
     stats st;
     CHECK(run_seed(110, true, st, /*guard_abort=*/false).empty());
 }

@@ -194,6 +194,7 @@ void agent_session::abort_retry() {
 
 void agent_session::abort() {
     if (!busy_) return;
+    user_abort_ = true;
     if (machine_.abort()) backoff_->cancel();  // the retry is cancelled first (spec §5)
     abort_.request();                          // then the stream in flight
     steer_queue_.clear();
@@ -234,6 +235,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     }
     busy_ = true;
     running_id_ = id;
+    user_abort_ = false;
     machine_.begin_prompt();
     abort_.reset();
     message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
@@ -255,6 +257,8 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
                                          : !std::get<0>(co_await backoff_->async_wait(delay_to_duration(step.delay_ms)));
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
+            } else if (step.retry_cancelled) {
+                retry_cancelled = true;  // abort_retry() while a retried attempt streamed
             } else if (step.compact) {
                 const bool overflow = step.reason == compaction_reason::overflow;
                 if (overflow) overflow_recovered = true;
@@ -264,13 +268,15 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
             }
         }
         // queued follow-ups (and steering messages no turn picked up) run before settling
-        if (!abort_.requested() && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
+        // (abort() dropped them; abort_retry() cancels only the retry, so they still run)
+        if (!user_abort_ && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
             if (!follow_up_queue_.empty()) {
                 pending = std::move(follow_up_queue_.front().msg);
                 running_id_ = follow_up_queue_.front().id;
                 follow_up_queue_.erase(follow_up_queue_.begin());
             }
             machine_.begin_prompt();
+            abort_.reset();  // an abort of the retried stream is not the follow-up's
             overflow_recovered = false;
             retry_cancelled = false;
             continue;
@@ -325,8 +331,11 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
         machine_.usage_switch_succeeded(d);
 
     emit(agent_end_event{std::move(out.added), d.will_retry});
-    if (d.end) emit(*d.end);
     next_step step;
+    if (d.end) {
+        step.retry_cancelled = d.end->final_error == retry_cancelled_text;
+        emit(*d.end);
+    }
     if (d.will_retry) {
         step.wait = true;
         step.delay_ms = d.start->delay_ms;
@@ -365,7 +374,7 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
     prompt_result r;
     r.last_assistant = last;
     if (retry_cancelled) {
-        r.outcome = abort_.requested() ? prompt_result::status::aborted : prompt_result::status::failed;
+        r.outcome = user_abort_ ? prompt_result::status::aborted : prompt_result::status::failed;
         r.error = retry_cancelled_text;
         return r;
     }

@@ -89,17 +89,21 @@ namespace coagent {
 inline asio::awaitable<bool> sleep_for(asio::any_io_executor ex, clock_kind k,
                                        std::chrono::nanoseconds d, asio::cancellation_slot slot) {
     if (d <= std::chrono::nanoseconds::zero()) co_return true;
+    // the slot's handler refers to the timer, which dies with this frame: clear it after the
+    // wait, so a later emit on the slot cannot reach a destroyed timer
+    boost::system::error_code ec;
     if (k == clock_kind::manual) {
         manual_timer t(ex);
         t.expires_after(d);
-        auto [ec] = co_await t.async_wait(
+        std::tie(ec) = co_await t.async_wait(
             asio::bind_cancellation_slot(slot, asio::as_tuple(asio::use_awaitable)));
-        co_return !ec;
+    } else {
+        asio::steady_timer t(ex);
+        t.expires_after(d);
+        std::tie(ec) = co_await t.async_wait(
+            asio::bind_cancellation_slot(slot, asio::as_tuple(asio::use_awaitable)));
     }
-    asio::steady_timer t(ex);
-    t.expires_after(d);
-    auto [ec] = co_await t.async_wait(
-        asio::bind_cancellation_slot(slot, asio::as_tuple(asio::use_awaitable)));
+    if (slot.is_connected()) slot.clear();
     co_return !ec;
 }
 

@@ -246,6 +246,7 @@ private:
         bool wait = false;           // a retry starts: wait delay_ms, then continue
         std::int64_t delay_ms = 0;
         bool compact = false;        // compact (overflow hand-off or threshold)
+        bool retry_cancelled = false;  // the chain ended "Retry cancelled" at this agent_end
         compaction_reason reason = compaction_reason::overflow;
     };
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
@@ -315,6 +316,7 @@ private:
     std::vector<std::pair<std::string, tool_function>> tools_;
 
     std::optional<std::string> name_;
+    bool user_abort_ = false;  // abort() was called during this prompt (not abort_retry())
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
