@@ -346,8 +346,8 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
     }
 }
 
-TEST_CASE("known bug: an unreadable models.json (here a directory) is taken as an empty one",
-          "[config][!shouldfail]") {
+TEST_CASE("fixed bug: an unreadable models.json (here a directory) is an error naming the file",
+          "[config]") {
     // models_config::load reads through std::ifstream, which opens a directory and then reads
     // nothing: the error is lost and coagent runs with the built-in providers only. settings.json
     // and auth.json report "<file>: cannot read it: Is a directory" (exit 2).

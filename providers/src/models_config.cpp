@@ -135,6 +135,10 @@ models_config models_config::builtins() {
 
 models_config models_config::load(const fs::path& file) {
     const std::string label = file.string();
+    std::error_code dir_ec;
+    if (fs::is_directory(file, dir_ec))  // an ifstream opens a directory and reads nothing
+        throw settings_error(label, "", "a readable file", std::strerror(EISDIR),
+                             label + ": cannot read it: " + std::strerror(EISDIR));
     std::ifstream in(file, std::ios::binary);
     if (!in) {
         if (errno == ENOENT || !fs::exists(file)) return builtins();
