@@ -6,12 +6,20 @@
 #    continues it);
 #  - every message whose message_end event had reached stdout before the kill is in the file,
 #    in order.
+# Every fifth iteration sends nothing and kills the idle process (after its start-up).
 # Usage: kill9.sh <coagent> <coagent_crash_helper>
-# Env: COAGENT_KILL9_ITERATIONS (default 40), COAGENT_KILL9_SEED (default: random; printed).
+# Env: COAGENT_KILL9_ITERATIONS (default 40), COAGENT_KILL9_SEED (default: random; printed),
+#      COAGENT_KILL9_STRICT_EMPTY=1 to fail on the known bug below.
+#
+# Known bug (docs/reliability.md "Findings"): the session file is created when the session is,
+# and its header is written with the first entry, so a kill before the first prompt leaves an
+# empty file that `coagent --session FILE` refuses ("not a session file (empty)"). Nothing is lost
+# (nothing was published); it is counted and reported, and fails the test only when strict.
 set -uo pipefail
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 iterations=${COAGENT_KILL9_ITERATIONS:-40}
+strict_empty=${COAGENT_KILL9_STRICT_EMPTY:-0}
 seed=${COAGENT_KILL9_SEED:-$(( $(date +%s) % 32768 ))}
 RANDOM=$seed
 echo "kill9: $iterations iterations, seed $seed (COAGENT_KILL9_SEED=$seed reproduces the kill times)"
@@ -46,10 +54,15 @@ for i in $(seq 1 "$iterations"); do
     steps="${steps:+$steps,}$s"
   done
   echo "[$steps]" > "$dir/script.json"
-  {
-    echo '{"id":"p0","type":"prompt","message":"first"}'
-    for k in 1 2 3 4 5; do echo "{\"id\":\"p$k\",\"type\":\"prompt\",\"message\":\"next $k\",\"streamingBehavior\":\"followUp\"}"; done
-  } > "$dir/commands.jsonl"
+  idle=$(( i % 5 == 0 ))
+  if [ "$idle" = 1 ]; then
+    : > "$dir/commands.jsonl"
+  else
+    {
+      echo '{"id":"p0","type":"prompt","message":"first"}'
+      for k in 1 2 3 4 5; do echo "{\"id\":\"p$k\",\"type\":\"prompt\",\"message\":\"next $k\",\"streamingBehavior\":\"followUp\"}"; done
+    } > "$dir/commands.jsonl"
+  fi
   mkfifo "$dir/in"
   "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
     <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
@@ -58,6 +71,7 @@ for i in $(seq 1 "$iterations"); do
   (cat "$dir/commands.jsonl"; sleep 30) >"$dir/in" &
   feeder=$!
   delay_ms=$((RANDOM % 700))
+  [ "$idle" = 1 ] && delay_ms=$((800 + RANDOM % 400))  # after start-up, before any prompt
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
@@ -76,9 +90,9 @@ for i in $(seq 1 "$iterations"); do
   fi
   file=${files[0]}
   if [ ! -s "$file" ]; then
-    # killed before the first entry was written: nothing was published, nothing is lost, but
-    # `coagent --session FILE` refuses an empty file (reported in docs/reliability.md)
+    # killed before the first entry was written (the known bug above)
     if [ "$published" != 0 ]; then echo "FAILED it$i: empty session file, $published messages published" >&2; failed=$((failed+1)); fi
+    if [ "$strict_empty" = 1 ]; then echo "FAILED it$i: empty session file (coagent --session refuses it)" >&2; failed=$((failed+1)); fi
     empty_files=$((empty_files + 1))
     continue
   fi
@@ -97,5 +111,5 @@ for i in $(seq 1 "$iterations"); do
   fi
   rm -rf "$dir"
 done
-echo "kill9: $iterations kills, $killed_with_entries session files checked, $published_total message_end events published in all, $empty_files killed before the first entry, $failed failed"
+echo "kill9: $iterations kills, $killed_with_entries session files checked, $published_total message_end events published in all, $empty_files empty files (killed before the first entry: known bug, see the header), $failed failed"
 [ "$failed" = 0 ]
