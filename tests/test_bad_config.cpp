@@ -135,7 +135,7 @@ const std::vector<bad_case>& cases() {
          "providers.local.models", "a non-empty array of models", "missing"},
         {file_kind::models, "wrong type: top level", R"("local")", "", "a JSON object at the top level", R"("local")"},
         {file_kind::models, "invalid JSON", R"({"providers":{"local":})", "", "valid JSON", ""},
-        // models.json "unreadable file": a known bug, see the [!shouldfail] test below
+        {file_kind::models, "unreadable file", directory, "", "a readable file", "Is a directory"},
         // auth.json
         {file_kind::auth, "wrong type: provider value", R"({"openai":"sk-123"})", "openai",
          "a credential object or an array of them", R"("sk-123")"},
