@@ -840,5 +840,5 @@ TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queue
 TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",
           "[chaos][regression]") {
     stats st;
-    CHECK(run_seed(110, true, st, /*guard_abort=*/false).empty());
+    CHECK(run_seed(110, false, st, /*guard_abort=*/false).empty());  // prints the trace only on failure
 }

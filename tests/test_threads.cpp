@@ -43,28 +43,6 @@ namespace {
 
 using strand_t = asio::strand<asio::thread_pool::executor_type>;
 
-/// Known bug (reported; docs/reliability.md "Findings"): coagent::sleep_for, which the faux
-/// provider uses for delayMs / stallMs, leaves its handler in the abort signal's slot after the
-/// wait, so a later abort() cancels a destroyed timer (heap-use-after-free; tests/test_chaos.cpp
-/// has the regression tests). Until it is fixed the faux provider gets an abort_signal of its
-/// own per request, linked to the session's.
-class fresh_abort_provider final : public provider {
-public:
-    explicit fresh_abort_provider(std::shared_ptr<provider> inner) : inner_(std::move(inner)) {}
-    model_info model() const override { return inner_->model(); }
-    asio::awaitable<void> stream(const provider_request& req, message& out, stream_observer& observer,
-                                 abort_signal& abort) override {
-        abort_signal own;
-        if (abort.requested()) own.request();
-        abort.slot().assign([&own](asio::cancellation_type) { own.request(); });
-        co_await inner_->stream(req, out, observer, own);
-        abort.slot().clear();
-    }
-
-private:
-    std::shared_ptr<provider> inner_;
-};
-
 /// A random faux script: retryable errors, non-retryable errors, overflow, slow and stalled
 /// replies, successes, tool calls.
 std::string random_script(std::mt19937_64& rng, int steps) {
@@ -106,7 +84,7 @@ struct probe {
         faux = std::make_shared<faux_provider>(std::move(fo));
         session_options so;
         so.executor = strand;
-        so.model_provider = std::make_shared<fresh_abort_provider>(faux);
+        so.model_provider = faux;
         so.config.retry.base_delay_ms = 1 + static_cast<std::int64_t>(seed % 2);
         so.config.retry.max_retries = static_cast<int>(seed % 4);
         so.config.compaction.enabled = false;
