@@ -12,6 +12,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# created here: the background job opens them only after the fork, maybe after the first sed below
+: >"$dir/out"
+: >"$dir/err"
 "$server" --port 0 --base-delay-ms "$backoff_ms" --threads "$threads" >"$dir/out" 2>"$dir/err" &
 pid=$!
 port=

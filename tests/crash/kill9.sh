@@ -64,6 +64,10 @@ for i in $(seq 1 "$iterations"); do
     } > "$dir/commands.jsonl"
   fi
   mkfifo "$dir/in"
+  # created here: the background job opens them after the fork (and the fifo open blocks), so a
+  # kill at 0 ms could otherwise leave no file for the grep below
+  : >"$dir/events.jsonl"
+  : >"$dir/stderr.txt"
   "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
     <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
   pid=$!
