@@ -4,6 +4,7 @@
 
 #include "http/loopback.hpp"
 
+#include <coagent/modes/app.hpp>
 #include <coagent/classify/classify.hpp>
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/sse_parser.hpp>
@@ -978,4 +979,57 @@ TEST_CASE("loopback: abort during a stream ends the prompt promptly as aborted",
     CHECK(t.result->last_assistant->stop == stop_reason::aborted);
     CHECK(t.of("auto_retry_start").empty());
     CHECK(t.lb.server->request_count() == 1);
+}
+
+TEST_CASE("loopback: a usage limit falls back to the next model of retry.fallbackChains (the app's catalog)", "[http][loopback][session][fallback]") {
+    // one fakellm answers both models.json providers: the primary's limit, then the fallback
+    loopback lb(R"([{"status":429,"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},)"
+                 R"({"text":"from the backup"}])");
+    temp_dir d;
+    write_text(d.path / "models.json",
+               R"({"providers":{"primary":{"baseUrl":")" + lb.base_url() +
+                   R"(","api":"openai-completions","apiKey":"key-primary","models":[{"id":"m1"}]},)"
+                   R"("backup":{"baseUrl":")" + lb.base_url() +
+                   R"(","api":"anthropic-messages","apiKey":"key-backup","models":[{"id":"m2"}]}}})");
+    auto catalog = std::make_shared<app_catalog>(d.path, provider_settings{}, nullptr);
+    settings cfg = fast_settings();
+    cfg.retry.fallback = std::make_shared<const fallback_chains>(fallback_chains{{"default", {"backup/m2"}}});
+
+    session_options so;
+    so.executor = lb.io.get_executor();
+    so.model_provider = catalog->make("primary", "m1");
+    so.models = catalog;
+    so.config = cfg;
+    agent_session session(std::move(so));
+    std::vector<json::object> events;
+    auto sub = session.subscribe([&](const event& e) { events.push_back(to_json(e)); });
+    std::optional<prompt_result> result;
+    asio::co_spawn(lb.io, session.prompt("hi"), [&](std::exception_ptr e, prompt_result r) {
+        if (e) std::rethrow_exception(e);
+        result = std::move(r);
+    });
+    REQUIRE(lb.run_until([&] { return result.has_value(); }));
+    CHECK(result->outcome == prompt_result::status::succeeded);
+    CHECK(text_of(*result->last_assistant) == "from the backup");
+    std::vector<std::string> retry_events;
+    for (const auto& e : events) {
+        const std::string_view t = e.at("type").as_string();
+        if (t.starts_with("retry_fallback") || t.starts_with("auto_retry")) retry_events.push_back(json::serialize(e));
+    }
+    CHECK(retry_events ==
+          std::vector<std::string>{
+              R"({"type":"retry_fallback_applied","from":"primary/m1","to":"backup/m2","role":"default"})",
+              R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached"})",
+              R"({"type":"retry_fallback_succeeded","model":"backup/m2","role":"default"})",
+              R"({"type":"auto_retry_end","success":true,"attempt":1})"});
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0].path == "/v1/chat/completions");
+    CHECK(reqs[0].authorization == "Bearer key-primary");
+    CHECK(reqs[0].model == "m1");
+    CHECK(reqs[1].path == "/v1/messages");
+    CHECK(reqs[1].x_api_key == "key-backup");
+    CHECK(reqs[1].model == "m2");
+    CHECK(reqs[1].roles == std::vector<std::string>{"user"});  // the primary's error is not sent
+    CHECK(session.model().provider == "backup");
 }

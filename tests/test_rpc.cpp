@@ -468,6 +468,9 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true})");
     rpc_process p(env, {"--no-session"});
     p.next();
+    write_file(env.dir.path / "models.json",
+               R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions",)"
+               R"("apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096}]}}})");
     CHECK(p.call("c1", "set_auto_compaction", {{"enabled", false}}) ==
           obj(R"({"id":"c1","type":"response","command":"set_auto_compaction","success":true})"));
     CHECK(p.call("s", "get_state").at("data").at("autoCompactionEnabled") == false);
@@ -489,13 +492,26 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     CHECK(
         p.call("m2", "set_model", {{"provider", "nope"}, {"modelId", "nope"}}) ==
         obj(R"({"id":"m2","type":"response","command":"set_model","success":false,"error":"Model not found: nope/nope"})"));
-    CHECK(p.call("m4", "set_model", {{"provider", "openai"}, {"modelId", "gpt-4o"}}).at("error") ==
-          "Switching models at runtime is not supported yet: start coagent with --model openai/gpt-4o");
+    CHECK(p.call("m4", "set_model", {{"provider", "local"}, {"modelId", "m9"}}).at("error") ==
+          "Model not found: local/m9");
     CHECK(p.call("m3", "set_model", {{"provider", "faux"}}).at("error") ==
           R"(Missing field "modelId" (a string))");
+    // a model of models.json (written after start-up: the catalog reads it on first use)
+    auto local = p.call("m5", "set_model", {{"provider", "local"}, {"modelId", "m1"}});
+    REQUIRE(local.at("success") == true);
+    CHECK(local.at("data").at("provider") == "local");
+    CHECK(local.at("data").at("id") == "m1");
+    CHECK(local.at("data").at("contextWindow") == 32000);
+    CHECK(p.call("s1", "get_state").at("data").at("model").at("id") == "m1");
+    CHECK(p.call("ns", "new_session").at("success") == true);  // keeps the chosen model
+    CHECK(p.call("s3", "get_state").at("data").at("model").at("id") == "m1");
     auto models = p.call("am", "get_available_models").at("data").at("models").as_array();
-    REQUIRE(models.size() == 1);
+    REQUIRE(models.size() >= 2);  // + openai / anthropic when their keys are in the environment
     CHECK(models[0].at("provider") == "faux");
+    CHECK(std::any_of(models.begin(), models.end(), [](const json::value& m) {
+        return m.at("provider") == "local" && m.at("id") == "m1";
+    }));
+    CHECK(p.call("m6", "set_model", {{"provider", "faux"}, {"modelId", "faux"}}).at("success") == true);
 
     CHECK(
         p.call("n0", "set_session_name", {{"name", "  \t "}}) ==

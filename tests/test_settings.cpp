@@ -116,6 +116,8 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.maxDelayMs", "integer", 0},
         {"retry.jitter", "string", "none"},
         {"retry.honorShouldRetry", "boolean", false},
+        {"retry.fallbackChains", "object", json::object()},
+        {"retry.fallbackRevertPolicy", "string", "cooldown-expiry"},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
@@ -138,12 +140,12 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     }
     CHECK(store.warnings().empty());
     CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false})"));
+          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[10].expected == "a positive integer");
+    CHECK(schema[12].expected == "a positive integer");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
 }
 
@@ -174,7 +176,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(s.compaction.keep_recent_tokens == 20000);  // default
     CHECK(s.provider.connect_timeout_ms == 50);       // project
     CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false})"));
+          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);
@@ -375,7 +377,7 @@ TEST_CASE("unknown keys are kept and warned about once each", "[settings]") {
     write_file(dir.global(), R"({
         "quietStartup": true,
         "retry": {"enabled": false, "provider": {"maxRetries": 2, "timeoutMs": 5},
-                  "fallbackChains": {"default": ["a/b"]}},
+                  "fallbackPolicy": {"default": ["a/b"]}},
         "theme": {"name": "dark"},
         "retry.maxRetries": 9
     })");
@@ -385,7 +387,7 @@ TEST_CASE("unknown keys are kept and warned about once each", "[settings]") {
     auto store = settings_store::load(dir.global(), dir.project());
 
     const std::vector<settings_warning> expected = {
-        {g, "quietStartup"}, {g, "retry.provider"},   {g, "retry.fallbackChains"},
+        {g, "quietStartup"}, {g, "retry.provider"},   {g, "retry.fallbackPolicy"},
         {g, "theme"},        {g, "retry.maxRetries"}, {p, "quietStartup"},
         {p, "theme"},
     };
@@ -400,7 +402,7 @@ TEST_CASE("unknown keys are kept and warned about once each", "[settings]") {
     // Kept: visible through get(), project over global, objects merged key by key.
     CHECK(store.get("quietStartup") == json::value(false));
     CHECK(store.get("retry.provider.maxRetries") == json::value(2));
-    CHECK(store.get("retry.fallbackChains") == json::parse(R"({"default":["a/b"]})"));
+    CHECK(store.get("retry.fallbackPolicy") == json::parse(R"({"default":["a/b"]})"));
     CHECK(store.get("theme") == json::parse(R"({"name":"dark","size":3})"));
     CHECK_FALSE(store.current().retry.enabled);
 

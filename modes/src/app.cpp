@@ -26,9 +26,8 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     }
     for (const auto& w : store_.warnings()) std::cerr << "warning: " << w.message() << "\n";
 
+    std::shared_ptr<provider> faux;
     if (opts_.provider == "faux") {
-        if (!opts_.model.empty() && opts_.model != "faux")
-            throw config_error("model \"" + opts_.model + "\" not found for provider faux (it has: faux)");
         faux_options fo;
         if (opts_.faux_script) {
             try {
@@ -41,40 +40,99 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
         fo.log_file = opts_.faux_log;
         fo.stream_idle_timeout_ms = store_.current().provider.stream_idle_timeout_ms;
         try {
-            provider_ = std::make_shared<faux_provider>(std::move(fo));
+            faux = std::make_shared<faux_provider>(std::move(fo));
         } catch (const std::system_error& e) {
             throw config_error(e.what());
         }
-        return;
     }
+    catalog_ = std::make_shared<app_catalog>(dir_, store_.current().provider, std::move(faux));
+    provider_ = catalog_->make(opts_.provider, opts_.model);
+}
 
-    // An HTTP provider from models.json (+ the built-in openai / anthropic), keys from auth.json,
-    // models.json or the environment (docs/providers.md).
-    const fs::path models_file = dir_ / "models.json";
-    const fs::path auth_file = dir_ / "auth.json";
-    models_config models;
-    std::shared_ptr<file_auth_storage> auth;
-    http_provider_options ho;
+// ---- the catalog ----------------------------------------------------------------------------
+
+app_catalog::app_catalog(fs::path dir, provider_settings limits, std::shared_ptr<provider> faux)
+    : dir_(std::move(dir)), limits_(limits), faux_(std::move(faux)) {}
+
+app_catalog::~app_catalog() = default;
+
+void app_catalog::load() {
+    if (models_) return;
     try {
-        models = models_config::load(models_file);
+        auto models = std::make_unique<models_config>(models_config::load(dir_ / "models.json"));
         auto auth_log = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-        auth = std::make_shared<file_auth_storage>(auth_file, nullptr, std::move(auth_log));
-        ho = models.provider_options(opts_.provider, opts_.model, store_.current().provider);
+        auth_ = std::make_shared<file_auth_storage>(dir_ / "auth.json", nullptr, std::move(auth_log));
+        models_ = std::move(models);
     } catch (const settings_error& e) {
         throw config_error(e.what());
-    } catch (const model_selection_error& e) {
-        throw config_error(e.what());
     }
-    const provider_entry& entry = *models.find(opts_.provider);
-    if (ho.api_key.empty() && auth->credential_count(opts_.provider) == 0 && entry.builtin)
+}
+
+std::shared_ptr<provider> app_catalog::build(std::string_view provider_name, std::string_view model_id) {
+    if (provider_name == "faux") {
+        if (!model_id.empty() && model_id != "faux")
+            throw model_selection_error("model \"" + std::string(model_id) +
+                                        "\" not found for provider faux (it has: faux)");
+        if (!faux_) faux_ = std::make_shared<faux_provider>(faux_options{});
+        return faux_;
+    }
+    // An HTTP provider from models.json (+ the built-in openai / anthropic), keys from auth.json,
+    // models.json or the environment (docs/providers.md).
+    load();
+    http_provider_options ho = models_->provider_options(provider_name, model_id, limits_);
+    const std::string selector = model_selector(ho.model);
+    for (const auto& [s, p] : cache_)
+        if (s == selector) return p;
+    const provider_entry& entry = *models_->find(provider_name);
+    const fs::path models_file = dir_ / "models.json";
+    if (ho.api_key.empty() && auth_->credential_count(provider_name) == 0 && entry.builtin)
         throw config_error("no API key for provider " + entry.name + ": set " + entry.env_key + ", or add one to " +
-                           auth_file.string() + " or " + models_file.string());
-    ho.auth = auth;
+                           (dir_ / "auth.json").string() + " or " + models_file.string());
+    ho.auth = auth_;
     try {
-        provider_ = std::make_shared<http_provider>(std::move(ho));
+        auto p = std::make_shared<http_provider>(std::move(ho));
+        cache_.emplace_back(selector, p);
+        return p;
     } catch (const http_provider_error& e) {
         throw config_error(models_file.string() + ": provider " + entry.name + ": " + e.what());
     }
+}
+
+std::shared_ptr<provider> app_catalog::make(std::string_view provider_name, std::string_view model_id) {
+    try {
+        return build(provider_name, model_id);
+    } catch (const model_selection_error& e) {
+        throw config_error(e.what());
+    }
+}
+
+std::shared_ptr<provider> app_catalog::resolve(std::string_view provider_name, std::string_view model_id,
+                                               std::string& error) {
+    try {
+        if (model_id.empty()) throw model_selection_error("no model named");  // a selector names its model
+        return build(provider_name, model_id);
+    } catch (const model_selection_error&) {
+        error = "Model not found: " + std::string(provider_name) + "/" + std::string(model_id);
+    } catch (const config_error& e) {
+        error = e.what();  // broken models.json / auth.json, no key
+    }
+    return nullptr;
+}
+
+std::vector<model_info> app_catalog::available() {
+    std::vector<model_info> out;
+    out.push_back(make("faux", "faux")->model());
+    try {
+        load();
+    } catch (const config_error&) {
+        return out;  // a broken models.json: set_model says why
+    }
+    for (const auto& p : models_->providers())
+        for (const auto& m : p.models) {
+            std::string error;
+            if (auto provider = resolve(p.name, m.id, error)) out.push_back(provider->model());
+        }
+    return out;
 }
 
 fs::path app_context::sessions_dir() const {
@@ -109,7 +167,7 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume, std::share
     so.logger = std::move(logger);
     so.executor = io_.get_executor();
     so.model_provider = provider_;
-    if (auto http = std::dynamic_pointer_cast<http_provider>(provider_)) so.auth = http->auth();
+    so.models = catalog_;
     so.config = store_.current();
     so.cwd = fs::current_path().string();
     if (!opts_.no_session) so.session_dir = sessions_dir();

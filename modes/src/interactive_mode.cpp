@@ -307,7 +307,7 @@ class interactive_ui {
         std::tie(width_, height_) = term_.size();
 
         const model_info m = session_->model();
-        ctl_.set_model_label(m.provider + "/" + m.id);
+        ctl_.set_model_label(model_selector(m));
         ctl_.set_auto_retry_state(session_->auto_retry_enabled());
         ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id +
                         ". Enter sends, Esc interrupts, Ctrl+C twice or Ctrl+D exits.");
@@ -619,6 +619,9 @@ class interactive_ui {
     }
 
     void on_event(const event& e) {
+        // the footer names the model in use: a fallback switches it, a restored primary too
+        if (std::holds_alternative<agent_start_event>(e) || std::holds_alternative<retry_fallback_applied_event>(e))
+            ctl_.set_model_label(model_selector(session_->model()));
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();
     }

@@ -21,6 +21,14 @@ std::string retry_failed_line(const auto_retry_end_event& e) {
            " attempts: " + e.final_error.value_or("Unknown error");
 }
 
+std::string fallback_applied_line(const retry_fallback_applied_event& e) {
+    return "Fallback: " + e.from + " -> " + e.to;
+}
+
+std::string fallback_succeeded_line(const retry_fallback_succeeded_event& e) {
+    return "Fallback succeeded on " + e.model;
+}
+
 int run_print_mode(app_context& app) {
     auto& io = app.io();
     auto session = app.make_session(true);
@@ -40,6 +48,10 @@ int run_print_mode(app_context& app) {
         } else if (const auto* x = std::get_if<auto_retry_end_event>(&e); x && !x->success) {
             std::cerr << retry_failed_line(*x) << std::endl;
             retry_failure_shown = true;
+        } else if (const auto* f = std::get_if<retry_fallback_applied_event>(&e)) {
+            std::cerr << fallback_applied_line(*f) << std::endl;
+        } else if (const auto* fs = std::get_if<retry_fallback_succeeded_event>(&e)) {
+            std::cerr << fallback_succeeded_line(*fs) << std::endl;
         }
     });
 

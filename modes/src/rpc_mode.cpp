@@ -290,21 +290,20 @@ class rpc_server {
                     new_session(c);
                     return;
                 case k::set_model: {
-                    const model_info m = session_->model();
-                    if (c.provider != m.provider || c.model_id != m.id) {
-                        fail(c, configured_model(c.provider, c.model_id)
-                                    ? "Switching models at runtime is not supported yet: start "
-                                      "coagent with --model " +
-                                          c.provider + "/" + c.model_id
-                                    : "Model not found: " + c.provider + "/" + c.model_id);
+                    // through the session's catalog: models.json, auth.json, faux
+                    if (auto error = session_->set_model(c.provider, c.model_id); !error.empty()) {
+                        fail(c, error);
                         return;
                     }
-                    ok(c, to_json(m));
+                    ok(c, to_json(session_->model()));
                     return;
                 }
                 case k::get_available_models: {
                     json::array models;
-                    models.push_back(to_json(session_->model()));
+                    if (const auto& catalog = session_->catalog())
+                        for (const auto& m : catalog->available()) models.push_back(to_json(m));
+                    else
+                        models.push_back(to_json(session_->model()));
                     json::object d;
                     d["models"] = std::move(models);
                     ok(c, std::move(d));
@@ -335,19 +334,6 @@ class rpc_server {
         }
     }
 
-    /// Whether $COAGENT_DIR/models.json (or the built-ins) knows this model.
-    bool configured_model(const std::string& provider, const std::string& id) const {
-        try {
-            const auto models = models_config::load(app_.dir() / "models.json");
-            const provider_entry* p = models.find(provider);
-            if (!p) return false;
-            for (const auto& m : p->models)
-                if (m.id == id) return true;
-        } catch (const std::exception& e) {
-            log_->warn("rpc mode: set_model: {}", e.what());
-        }
-        return false;
-    }
 
     void persist(const rpc::command& c, std::string_view key) {
         auto& store = app_.settings_layers();
@@ -373,6 +359,10 @@ class rpc_server {
         std::shared_ptr<agent_session> fresh;
         try {
             fresh = app_.make_session(false);
+            // the new session keeps the model chosen with set_model
+            const model_info m = session_->model();
+            if (model_selector(fresh->model()) != model_selector(m))
+                if (auto error = fresh->set_model(m.provider, m.id); !error.empty()) throw std::runtime_error(error);
         } catch (const std::exception& e) {
             fail(c, e.what());
             return;

@@ -157,6 +157,10 @@ void tui_controller::on_event(const event& e, time_point now) {
             add(transcript_item::kind::notice,
                 ce->will_retry ? "Context compacted; continuing" : "Context compacted");
         }
+    } else if (const auto* fa = std::get_if<retry_fallback_applied_event>(&e)) {
+        add(transcript_item::kind::notice, fallback_applied_line(*fa));
+    } else if (const auto* fs = std::get_if<retry_fallback_succeeded_event>(&e)) {
+        add(transcript_item::kind::notice, fallback_succeeded_line(*fs));
     } else if (const auto* xe = std::get_if<extension_error_event>(&e)) {
         add(transcript_item::kind::error,
             "Extension " + xe->extension_path + " failed on " + xe->event + ": " + xe->error);

@@ -32,6 +32,8 @@ std::string_view event_type(const event& e) noexcept {
             [](const compaction_start_event&) -> std::string_view { return "compaction_start"; },
             [](const compaction_end_event&) -> std::string_view { return "compaction_end"; },
             [](const extension_error_event&) -> std::string_view { return "extension_error"; },
+            [](const retry_fallback_applied_event&) -> std::string_view { return "retry_fallback_applied"; },
+            [](const retry_fallback_succeeded_event&) -> std::string_view { return "retry_fallback_succeeded"; },
             [](const agent_settled_event&) -> std::string_view { return "agent_settled"; },
         },
         e);
@@ -98,6 +100,15 @@ json::object to_json(const event& e) {
                        o["extensionPath"] = x.extension_path;
                        o["event"] = x.event;
                        o["error"] = x.error;
+                   },
+                   [&](const retry_fallback_applied_event& x) {
+                       o["from"] = x.from;
+                       o["to"] = x.to;
+                       o["role"] = x.role;
+                   },
+                   [&](const retry_fallback_succeeded_event& x) {
+                       o["model"] = x.model;
+                       o["role"] = x.role;
                    },
                    [](const agent_settled_event&) {},
                },

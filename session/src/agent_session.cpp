@@ -83,6 +83,7 @@ agent_session::agent_session(session_options o)
       config_(o.config),
       clock_(o.clock),
       auth_(std::move(o.auth)),
+      catalog_(std::move(o.models)),
       compaction_(o.compaction ? std::move(o.compaction) : default_summarizer()),
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
@@ -147,6 +148,75 @@ std::error_code agent_session::set_session_name(std::string name) {
     fields["name"] = name;
     name_ = std::move(name);
     return history_.append_entry("session_info", std::move(fields));
+}
+
+void agent_session::set_model(std::shared_ptr<provider> p) {
+    if (!p) throw std::invalid_argument("agent_session::set_model: no provider");
+    if (fallback_) fallback_->reset();
+    switch_provider(std::move(p), false);
+}
+
+std::string agent_session::set_model(std::string_view provider_name, std::string_view model_id) {
+    if (!catalog_)
+        return "Model not found: " + std::string(provider_name) + "/" + std::string(model_id) +
+               " (this session has no model catalog)";
+    std::string error;
+    auto p = catalog_->resolve(provider_name, model_id, error);
+    if (!p) return error.empty() ? "Model not found: " + std::string(provider_name) + "/" + std::string(model_id) : error;
+    set_model(std::move(p));
+    return {};
+}
+
+void agent_session::switch_provider(std::shared_ptr<provider> p, bool temporary) {
+    provider_ = std::move(p);
+    const model_info m = provider_->model();
+    json::object fields;
+    fields["provider"] = m.provider;
+    fields["modelId"] = m.id;
+    if (temporary) fields["temporary"] = true;  // a fallback (retry.fallbackChains)
+    if (auto ec = history_.append_entry("model_change", std::move(fields)))
+        logger_->error("session file: cannot write the model_change entry: {}", ec.message());
+}
+
+std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit(agent_end_decision& d,
+                                                                                const std::string& provider_name) {
+    if (!d.usage_limit) return std::nullopt;
+    const auto auth = auth_ ? auth_ : provider_->credentials();
+    if (auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), d.retry_hint_ms)) {
+        machine_.usage_switch_succeeded(d);
+        return std::nullopt;
+    }
+    // model fallback, only while the chain goes on and a catalog can name the models
+    if (!d.start || !catalog_ || !config_.retry.fallback) return std::nullopt;
+    if (!fallback_) fallback_ = std::make_unique<model_fallback>();
+    std::shared_ptr<provider> next;
+    const auto usable = [&](std::string_view selector) {
+        const auto slash = selector.find('/');
+        std::string error;
+        next = catalog_->resolve(selector.substr(0, slash), selector.substr(slash + 1), error);
+        return next != nullptr;
+    };
+    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), d.retry_hint_ms, now_ms_(),
+                                             config_.retry, usable);
+    if (!applied) return std::nullopt;
+    switch_provider(std::move(next), true);
+    machine_.usage_switch_succeeded(d);
+    return applied;
+}
+
+void agent_session::restore_fallback_primary() {
+    if (!fallback_ || !fallback_->active() || !catalog_) return;
+    const auto primary = fallback_->primary_to_restore(now_ms_(), config_.retry);
+    if (!primary) return;
+    const auto slash = primary->find('/');
+    std::string error;
+    auto p = catalog_->resolve(std::string_view(*primary).substr(0, slash),
+                               std::string_view(*primary).substr(slash + 1), error);
+    if (!p) {
+        logger_->warn("model fallback: cannot switch back to {}: {}", *primary, error);
+        return;
+    }
+    switch_provider(std::move(p), false);
 }
 
 void agent_session::register_tool(tool_definition def, tool_function fn) {
@@ -326,9 +396,8 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
     classification c;
     if (last) c = classify(*last, provider_->model(), now_ms_());
     agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
-    if (d.usage_limit && auth_ &&
-        auth_->mark_usage_limit_reached(last->provider, history_.session_id(), d.retry_hint_ms))
-        machine_.usage_switch_succeeded(d);
+    const auto fallback = switch_on_usage_limit(d, last ? last->provider : std::string());
+    if (!d.will_retry && fallback_) fallback_->chain_over();
 
     emit(agent_end_event{std::move(out.added), d.will_retry});
     next_step step;
@@ -336,6 +405,7 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
         step.retry_cancelled = d.end->final_error == retry_cancelled_text;
         emit(*d.end);
     }
+    if (fallback) emit(*fallback);
     if (d.will_retry) {
         step.wait = true;
         step.delay_ms = d.start->delay_ms;
@@ -470,8 +540,9 @@ asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, s
 
 asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request req) {
     null_observer quiet;
-    const model_info model = provider_->model();
     for (;;) {
+        const std::shared_ptr<provider> p = provider_;  // a fallback may switch it
+        const model_info model = p->model();
         auto reply = std::make_shared<message>();
         reply->role = message_role::assistant;
         reply->api = model.api;
@@ -481,16 +552,21 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         if (abort_.requested()) {
             reply->stop = stop_reason::aborted;
         } else {
-            co_await provider_->stream(req, *reply, quiet, abort_);
+            req.model = model;
+            co_await p->stream(req, *reply, quiet, abort_);
         }
         if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
-        if (auto e = machine_.on_assistant_message_end(*reply)) emit(*e);
+        if (auto e = machine_.on_assistant_message_end(*reply)) {
+            if (fallback_)
+                if (auto f = fallback_->on_success(model_selector(model))) emit(*f);
+            emit(*e);
+        }
         const classification c = classify(*reply, model, now_ms_());
         agent_end_decision d = machine_.on_agent_end(reply.get(), c, config_.retry);
-        if (d.usage_limit && auth_ &&
-            auth_->mark_usage_limit_reached(model.provider, history_.session_id(), d.retry_hint_ms))
-            machine_.usage_switch_succeeded(d);
+        const auto fallback = switch_on_usage_limit(d, model.provider);
+        if (!d.will_retry && fallback_) fallback_->chain_over();
         if (d.end) emit(*d.end);
+        if (fallback) emit(*fallback);
         if (!d.will_retry) co_return reply;
         emit(*d.start);
         machine_.begin_wait();
@@ -516,6 +592,7 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
 }
 
 asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {
+    restore_fallback_primary();  // before every run: a new prompt, a retry's continue, a follow-up
     emit(agent_start_event{});
     for (;;) {
         emit(turn_start_event{});
@@ -553,7 +630,8 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             reply->stop = stop_reason::aborted;
             reply->error_message = "Request was aborted";
         } else {
-            co_await provider_->stream(req, *reply, obs, abort_);
+            const std::shared_ptr<provider> p = provider_;  // set_model may switch it meanwhile
+            co_await p->stream(req, *reply, obs, abort_);
         }
         streaming_ = false;
         if (abort_.requested() && reply->stop != stop_reason::error) {
@@ -563,7 +641,11 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});
-        if (auto e = machine_.on_assistant_message_end(*reply)) emit(*e);
+        if (auto e = machine_.on_assistant_message_end(*reply)) {
+            if (fallback_)
+                if (auto f = fallback_->on_success(reply->provider + "/" + reply->model)) emit(*f);
+            emit(*e);
+        }
         out.added.push_back(reply);
         out.last_assistant = reply;
 

@@ -32,7 +32,8 @@ constexpr std::string_view runtime_label = "<runtime>";
 // The schema: every known key, in one place.
 // ---------------------------------------------------------------------------------------------
 
-enum class value_type { boolean, integer, choice };
+// chains: retry.fallbackChains, an object of role → array of "provider/model" selectors
+enum class value_type { boolean, integer, choice, chains };
 
 struct schema_entry {
     std::string_view key;  // dotted
@@ -44,6 +45,8 @@ struct schema_entry {
     std::int64_t (*load)(const settings&);
     const std::string_view* choices = nullptr;  // choice: the names, in enum order
     std::size_t choice_count = 0;
+    void (*store_json)(settings&, const json::value&) = nullptr;  // chains: from the (valid) value
+    json::value (*load_json)(const settings&) = nullptr;          // chains: as JSON
 };
 
 // Accessors for settings.*Group.*Field, with the limits of the field's type.
@@ -85,7 +88,40 @@ constexpr schema_entry choice(std::string_view key, std::size_t default_index,
             &f::store, &f::load, names, N};
 }
 
+// retry.fallbackChains, validated by check_value before it is stored
+void store_chains(settings& s, const json::value& v) {
+    auto chains = std::make_shared<fallback_chains>();
+    for (const auto& kv : v.get_object()) {
+        std::vector<std::string> models;
+        for (const auto& m : kv.value().get_array()) models.emplace_back(m.get_string());
+        chains->emplace_back(std::string(kv.key()), std::move(models));
+    }
+    if (chains->empty())
+        s.retry.fallback.reset();
+    else
+        s.retry.fallback = std::move(chains);
+}
+
+json::value load_chains(const settings& s) {
+    json::object o;
+    if (s.retry.fallback)
+        for (const auto& [role, models] : *s.retry.fallback) {
+            json::array a;
+            for (const auto& m : models) a.emplace_back(m);
+            o[role] = std::move(a);
+        }
+    return o;
+}
+
+constexpr schema_entry chains(std::string_view key) {
+    schema_entry e{key, value_type::chains, 0, 0, 0, nullptr, nullptr};
+    e.store_json = &store_chains;
+    e.load_json = &load_chains;
+    return e;
+}
+
 constexpr std::string_view jitter_names[] = {"none", "full", "equal"};
+constexpr std::string_view revert_names[] = {"cooldown-expiry", "never"};
 
 // clang-format off
 constexpr schema_entry schema[] = {
@@ -96,6 +132,8 @@ constexpr schema_entry schema[] = {
     integer<&settings::retry, &retry_settings::max_delay_ms>("retry.maxDelayMs", 0, 0),
     choice<&settings::retry, &retry_settings::jitter>("retry.jitter", 0, jitter_names),
     boolean<&settings::retry, &retry_settings::honor_should_retry>("retry.honorShouldRetry", false),
+    chains("retry.fallbackChains"),
+    choice<&settings::retry, &retry_settings::fallback_revert>("retry.fallbackRevertPolicy", 0, revert_names),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),
@@ -127,6 +165,7 @@ std::string_view type_name(value_type t) noexcept {
     switch (t) {
         case value_type::boolean: return "boolean";
         case value_type::choice: return "string";
+        case value_type::chains: return "object";
         case value_type::integer: break;
     }
     return "integer";
@@ -134,6 +173,9 @@ std::string_view type_name(value_type t) noexcept {
 
 std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::boolean) return "a boolean (true or false)";
+    if (e.type == value_type::chains)
+        return "an object of role -> array of \"provider/model\" strings, e.g. "
+               "{\"default\":[\"anthropic/claude-sonnet-4-5\"]}";
     if (e.type == value_type::choice) {
         std::string t = "one of";
         for (std::size_t i = 0; i < e.choice_count; ++i) {
@@ -148,6 +190,7 @@ std::string expected_text(const schema_entry& e) {
 }
 
 json::value default_json(const schema_entry& e) {
+    if (e.type == value_type::chains) return json::object();
     if (e.type == value_type::boolean) return json::value(e.default_value != 0);
     if (e.type == value_type::choice) {
         const auto name = e.choices[static_cast<std::size_t>(e.default_value)];
@@ -317,6 +360,25 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
     if (e.type == value_type::boolean) {
         if (!v.is_bool()) fail(expected_text(e));
         return v.get_bool() ? 1 : 0;
+    }
+    if (e.type == value_type::chains) {
+        if (!v.is_object()) return fail(expected_text(e));
+        for (const auto& kv : v.get_object()) {
+            const std::string key = std::string(e.key) + "." + std::string(kv.key());
+            const auto bad = [&](const json::value& x, std::string expected) {
+                throw settings_error(label, key, std::move(expected), compact(x));
+            };
+            if (kv.key().empty()) bad(kv.value(), "a non-empty role name");
+            if (!kv.value().is_array()) bad(kv.value(), "an array of \"provider/model\" strings");
+            for (const auto& m : kv.value().get_array()) {
+                const auto* str = m.if_string();
+                const std::string_view sel = str ? std::string_view(*str) : std::string_view();
+                const auto slash = sel.find('/');
+                if (!str || slash == 0 || slash == std::string_view::npos || slash + 1 == sel.size())
+                    bad(m, "a \"provider/model\" string");
+            }
+        }
+        return 0;
     }
     if (e.type == value_type::choice) {
         if (v.is_string())
@@ -608,6 +670,7 @@ std::vector<setting_info> settings_schema() {
 std::optional<json::value> setting_value(const settings& s, std::string_view dotted_key) {
     const auto* e = find_entry(dotted_key);
     if (!e) return std::nullopt;
+    if (e->load_json) return e->load_json(s);
     const std::int64_t v = e->load(s);
     if (e->type == value_type::boolean) return json::value(v != 0);
     if (e->type == value_type::choice) {
@@ -667,8 +730,14 @@ void settings_store::recompute() {
     // Every layer was validated, so each known key of `merged` is valid; a settings_error
     // here would be a bug.
     settings next;
-    for (const auto& e : schema)
-        e.store(next, check_value(e, *find_path(merged, e.key), "<merged>"));
+    for (const auto& e : schema) {
+        const json::value& v = *find_path(merged, e.key);
+        const std::int64_t x = check_value(e, v, "<merged>");
+        if (e.store_json)
+            e.store_json(next, v);
+        else
+            e.store(next, x);
+    }
 
     std::vector<settings_warning> warnings = global_.warnings;
     for (const auto& w : project_.warnings)

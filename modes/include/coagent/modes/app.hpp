@@ -38,6 +38,37 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+class models_config;
+class file_auth_storage;
+
+/// The models of $COAGENT_DIR/models.json (and the built-ins) plus faux, for RPC set_model,
+/// get_available_models and the model fallback. models.json and auth.json are read on first
+/// use (a faux-only run never touches them); providers are built once and shared.
+class app_catalog final : public model_catalog {
+public:
+    app_catalog(std::filesystem::path dir, provider_settings limits, std::shared_ptr<provider> faux);
+    ~app_catalog() override;
+
+    /// Throws config_error: unknown provider or model, broken models.json / auth.json, no key.
+    std::shared_ptr<provider> make(std::string_view provider_name, std::string_view model_id);
+    std::shared_ptr<provider> resolve(std::string_view provider_name, std::string_view model_id,
+                                      std::string& error) override;
+    /// faux, then every model of models.json (and the built-ins) whose provider has a key.
+    std::vector<model_info> available() override;
+
+private:
+    void load();
+    // make() that throws model_selection_error for an unknown provider or model
+    std::shared_ptr<provider> build(std::string_view provider_name, std::string_view model_id);
+
+    std::filesystem::path dir_;
+    provider_settings limits_;
+    std::shared_ptr<provider> faux_;
+    std::unique_ptr<models_config> models_;
+    std::shared_ptr<file_auth_storage> auth_;
+    std::vector<std::pair<std::string, std::shared_ptr<provider>>> cache_;  // selector → provider
+};
+
 /// The environment of a running coagent: options, settings, the provider.
 class app_context {
 public:
@@ -54,6 +85,7 @@ public:
     const app_options& options() const noexcept { return opts_; }
     settings_store& settings_layers() noexcept { return store_; }
     std::shared_ptr<provider> model_provider() const noexcept { return provider_; }
+    const std::shared_ptr<app_catalog>& catalog() const noexcept { return catalog_; }
     const std::filesystem::path& dir() const noexcept { return dir_; }
     std::filesystem::path sessions_dir() const;
 
@@ -62,6 +94,7 @@ private:
     app_options opts_;
     std::filesystem::path dir_;
     settings_store store_;
+    std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
 };
 
@@ -76,5 +109,9 @@ int run_print_mode(app_context& app);
 std::string retry_progress_line(const auto_retry_start_event& e);
 /// "Retry failed after N attempts: <error>".
 std::string retry_failed_line(const auto_retry_end_event& e);
+/// "Fallback: <from> -> <to>" (the reference's warning text).
+std::string fallback_applied_line(const retry_fallback_applied_event& e);
+/// "Fallback succeeded on <model>".
+std::string fallback_succeeded_line(const retry_fallback_succeeded_event& e);
 
 }  // namespace coagent

@@ -67,6 +67,7 @@ public:
     /// The auth storage the provider asks for keys (the session's usage-limit path should use
     /// the same one); null if none.
     std::shared_ptr<auth_storage> auth() const;
+    std::shared_ptr<auth_storage> credentials() const override { return auth(); }
 
     /// Idle connections currently pooled (tests).
     std::size_t idle_connections() const;

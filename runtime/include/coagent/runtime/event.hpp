@@ -73,13 +73,26 @@ struct extension_error_event {
     std::string event;
     std::string error;
 };
+/// The usage-limit path put the current model aside and switched to the next model of its
+/// `retry.fallbackChains` role (selectors "provider/model").
+struct retry_fallback_applied_event {
+    std::string from;
+    std::string to;
+    std::string role;
+};
+/// The first successful reply on a fallback model (emitted before auto_retry_end).
+struct retry_fallback_succeeded_event {
+    std::string model;
+    std::string role;
+};
 struct agent_settled_event {};
 
 using event = std::variant<agent_start_event, turn_start_event, message_start_event,
                            message_update_event, message_end_event, tool_execution_start_event,
                            tool_execution_end_event, turn_end_event, agent_end_event,
                            auto_retry_start_event, auto_retry_end_event, compaction_start_event,
-                           compaction_end_event, extension_error_event, agent_settled_event>;
+                           compaction_end_event, extension_error_event, retry_fallback_applied_event,
+                           retry_fallback_succeeded_event, agent_settled_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

@@ -3,11 +3,21 @@
 // Loading, layering and validation live in session/settings_loader.
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace coagent {
 
 /// retry.jitter: how a computed backoff is randomised (none keeps the spec's exact delays).
 enum class retry_jitter { none, full, equal };
+
+/// retry.fallbackRevertPolicy: when a model put aside by a usage limit comes back.
+enum class fallback_revert_policy { cooldown_expiry, never };
+
+/// retry.fallbackChains: role → model selectors ("provider/model"), in settings-file order.
+using fallback_chains = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
 struct retry_settings {
     bool enabled = true;             // retry.enabled
@@ -18,6 +28,10 @@ struct retry_settings {
     std::int64_t max_delay_ms = 0;   // retry.maxDelayMs: a longer computed wait ends the chain (0 = off)
     retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
     bool honor_should_retry = false;  // retry.honorShouldRetry: `x-should-retry: false` stops the chain
+    // Model fallback on the usage-limit path (design.md; empty = off). Shared and immutable so
+    // a settings copy per session stays small.
+    std::shared_ptr<const fallback_chains> fallback;  // retry.fallbackChains
+    fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;  // retry.fallbackRevertPolicy
 };
 
 struct compaction_settings {

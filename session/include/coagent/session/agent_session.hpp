@@ -5,6 +5,7 @@
 // have ended; `agent_settled` is its last event.
 
 #include <coagent/classify/classify.hpp>
+#include <coagent/retry/model_fallback.hpp>
 #include <coagent/retry/retry_machine.hpp>
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/cancellable_wait.hpp>
@@ -14,6 +15,7 @@
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/extension_runner.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -71,7 +73,8 @@ struct session_options {
     std::shared_ptr<provider> model_provider;         ///< required
     settings config;                                   ///< effective settings (see settings_store)
     clock_kind clock = clock_kind::steady;             ///< manual in tests
-    std::shared_ptr<auth_storage> auth;                ///< optional: usage-limit switching
+    std::shared_ptr<auth_storage> auth;                ///< optional: usage-limit switching (default: the provider's credentials())
+    std::shared_ptr<model_catalog> models;             ///< optional: set_model by name, retry.fallbackChains
     std::shared_ptr<compaction_hook> compaction;       ///< optional: default model_summarizer
     std::optional<std::filesystem::path> session_dir;  ///< none: history kept in memory only
     std::optional<std::filesystem::path> resume_file;  ///< continue this session file
@@ -231,6 +234,16 @@ public:
     std::error_code set_session_name(std::string name);
     const std::optional<std::string>& session_name() const noexcept { return name_; }
     model_info model() const { return provider_->model(); }
+    /// Switches the model for the next request (one in flight finishes on the old one); a
+    /// model_change entry goes to the history; an active model fallback is forgotten.
+    void set_model(std::shared_ptr<provider> p);
+    /// set_model through the catalog: "" on success, else why not (no catalog, unknown model,
+    /// no key).
+    std::string set_model(std::string_view provider_name, std::string_view model_id);
+    /// The catalog given in session_options (may be null).
+    const std::shared_ptr<model_catalog>& catalog() const noexcept { return catalog_; }
+    /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
+    const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept {
         return steer_queue_.size() + follow_up_queue_.size();
     }
@@ -266,6 +279,11 @@ private:
     void emit(event e);
     void unsubscribe(std::uint64_t id) noexcept;
     void drop_trailing_failed_assistant();
+    // the usage-limit path of an agent_end decision: credential switch, else model fallback
+    std::optional<retry_fallback_applied_event> switch_on_usage_limit(agent_end_decision& d,
+                                                                     const std::string& provider_name);
+    void restore_fallback_primary();
+    void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
 
     boost::asio::any_io_executor executor_;
@@ -273,12 +291,14 @@ private:
     settings config_;
     clock_kind clock_;
     std::shared_ptr<auth_storage> auth_;
+    std::shared_ptr<model_catalog> catalog_;
     std::shared_ptr<compaction_hook> compaction_;
     std::shared_ptr<spdlog::logger> logger_;
     std::function<std::int64_t()> now_ms_;
     std::string system_prompt_;
 
     retry_machine machine_;
+    std::unique_ptr<model_fallback> fallback_;  // created on first use: a parked session stays small
     std::unique_ptr<cancellable_wait> backoff_;
     abort_signal abort_;
     prompt_result last_result_;

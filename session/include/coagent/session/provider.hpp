@@ -4,8 +4,11 @@
 
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/message.hpp>
+#include <coagent/session/auth_storage.hpp>
 
 #include <boost/asio/awaitable.hpp>
+
+#include <memory>
 
 #include <string>
 #include <string_view>
@@ -42,6 +45,10 @@ public:
 
     /// The model this provider answers with.
     virtual model_info model() const = 0;
+
+    /// The credentials it takes its keys from, if any: the session's usage-limit path marks
+    /// the limit there when the session was given no auth_storage of its own.
+    virtual std::shared_ptr<auth_storage> credentials() const { return nullptr; }
 
     /// Streams one reply into `out` (role, api/provider/model already set by the caller).
     /// Completes on the session's executor when the reply ended; expected failures are values:
