@@ -207,6 +207,65 @@ TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
     CHECK(b.at("tools").at(0).at("input_schema").at("type") == "object");
 }
 
+TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages", "[http][protocol]") {
+    provider_request r;
+    r.model = model_info{"p", "m\"1", "x", 1000, 0};
+    r.system_prompt = "line1\nline2\t\"q\" \\ \x01 é ✓";
+    r.messages.push_back(std::make_shared<message>(make_user_message("hi \x1f there\r\n")));
+    auto a = std::make_shared<message>();
+    a->role = message_role::assistant;
+    a->content.emplace_back(text_block{"part one, "});
+    a->content.emplace_back(text_block{""});
+    a->content.emplace_back(text_block{"part two"});
+    json::object args;
+    args["q"] = "a\"b";
+    args["n"] = 2;
+    a->content.emplace_back(tool_call_block{"c1", "search", args});
+    a->stop = stop_reason::tool_use;
+    r.messages.push_back(a);
+    r.messages.push_back(std::make_shared<message>(make_tool_result("c1", "search", "r1", false)));
+    r.messages.push_back(std::make_shared<message>(make_tool_result("c2", "search", "", true)));
+    auto only_call = std::make_shared<message>();
+    only_call->role = message_role::assistant;
+    only_call->content.emplace_back(tool_call_block{"c3", "x", json::object()});
+    r.messages.push_back(only_call);
+    auto empty = std::make_shared<message>();
+    empty->role = message_role::assistant;
+    r.messages.push_back(empty);
+    r.messages.push_back(std::make_shared<message>(make_user_message("")));
+    tool_definition td;
+    td.name = "search";
+    td.description = "finds \"things\"";
+    td.parameters["type"] = "object";
+    r.tools.push_back(td);
+
+    const std::string openai = http_protocol::build_request_body(api_kind::openai_completions, r);
+    CHECK(openai ==
+          R"({"model":"m\"1","messages":[{"role":"system","content":"line1\nline2\t\"q\" \\ \u0001 é ✓"},)"
+          R"({"role":"user","content":"hi \u001f there\r\n"},)"
+          R"({"role":"assistant","content":"part one, part two","tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"a\\\"b\",\"n\":2}"}}]},)"
+          R"({"role":"tool","tool_call_id":"c1","content":"r1"},{"role":"tool","tool_call_id":"c2","content":""},)"
+          R"({"role":"assistant","content":null,"tool_calls":[{"id":"c3","type":"function","function":{"name":"x","arguments":"{}"}}]},)"
+          R"({"role":"assistant","content":""},{"role":"user","content":""}],)"
+          R"("stream":true,"stream_options":{"include_usage":true},)"
+          R"("tools":[{"type":"function","function":{"name":"search","description":"finds \"things\"","parameters":{"type":"object"}}}]})");
+    // Boost.JSON writes the same text for the same values
+    CHECK(json::serialize(json::parse(openai)) == openai);
+
+    const std::string anthropic = http_protocol::build_request_body(api_kind::anthropic_messages, r);
+    CHECK(anthropic ==
+          R"({"model":"m\"1","max_tokens":4096,"system":"line1\nline2\t\"q\" \\ \u0001 é ✓","messages":[)"
+          R"({"role":"user","content":[{"type":"text","text":"hi \u001f there\r\n"}]},)"
+          R"({"role":"assistant","content":[{"type":"text","text":"part one, "},{"type":"text","text":"part two"},)"
+          R"({"type":"tool_use","id":"c1","name":"search","input":{"q":"a\"b","n":2}}]},)"
+          R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"r1"},)"
+          R"({"type":"tool_result","tool_use_id":"c2","content":"","is_error":true}]},)"
+          R"({"role":"assistant","content":[{"type":"tool_use","id":"c3","name":"x","input":{}}]},)"
+          R"({"role":"user","content":[{"type":"text","text":" "}]}],)"
+          R"("stream":true,"tools":[{"name":"search","description":"finds \"things\"","input_schema":{"type":"object"}}]})");
+    CHECK(json::serialize(json::parse(anthropic)) == anthropic);
+}
+
 // ---- coagent-fakellm's script -------------------------------------------------------------
 
 TEST_CASE("fakellm script: steps, errors naming step and field, example scripts", "[http][fakellm]") {

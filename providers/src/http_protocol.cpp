@@ -2,6 +2,7 @@
 // machines: unit-testable without sockets.
 
 #include <coagent/providers/http_protocol.hpp>
+#include <coagent/runtime/json_text.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -118,153 +119,230 @@ void error_from_object(const json::object& e, std::string& message, std::string&
         if (const auto* c = e.if_contains("code"); c && c->is_string()) type = c->get_string();
 }
 
-json::object user_text(std::string_view role, const std::string& text) {
-    json::object m;
-    m["role"] = role;
-    m["content"] = text;
-    return m;
+// Request bodies are written as text in one buffer: rebuilding the whole context as a JSON DOM
+// for every request was most of a long conversation's CPU (docs/benchmarks.md).
+namespace jt = json_text;
+
+// {"role":…,"content":"…"}
+void role_text(std::string& out, std::string_view role, std::string_view text) {
+    out += "{\"role\":";
+    jt::append_string(out, role);
+    out += ",\"content\":";
+    jt::append_string(out, text);
+    out.push_back('}');
 }
 
-json::object schema_or_empty(const json::object& o) {
-    if (!o.empty()) return o;
-    json::object s;
-    s["type"] = "object";
-    s["properties"] = json::object();
-    return s;
+// the text of a message's text blocks, concatenated (text_of without the copy when there is one)
+template <class F>
+void with_text(const message& m, F&& f) {
+    const text_block* only = nullptr;
+    int blocks = 0;
+    for (const auto& b : m.content)
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            only = t;
+            ++blocks;
+        }
+    if (blocks == 0) {
+        f(std::string_view());
+    } else if (blocks == 1) {
+        f(std::string_view(only->text));
+    } else {
+        f(std::string_view(text_of(m)));
+    }
+}
+
+void schema_or_empty(std::string& out, const json::object& o) {
+    if (o.empty()) {
+        out += R"({"type":"object","properties":{}})";
+        return;
+    }
+    jt::append_value(out, o);
+}
+
+std::size_t body_size_hint(const provider_request& req) {
+    std::size_t n = 256 + req.system_prompt.size();
+    for (const auto& m : req.messages) {
+        n += 64;
+        for (const auto& b : m->content)
+            if (const auto* t = std::get_if<text_block>(&b)) n += t->text.size() + t->text.size() / 16;
+    }
+    return n;
 }
 
 std::string openai_body(const provider_request& req) {
-    json::object body;
-    body["model"] = req.model.id;
-    json::array msgs;
-    if (!req.system_prompt.empty()) msgs.push_back(user_text("system", req.system_prompt));
+    std::string out;
+    out.reserve(body_size_hint(req));
+    out += "{\"model\":";
+    jt::append_string(out, req.model.id);
+    out += ",\"messages\":[";
+    bool first = true;
+    const auto next = [&] {
+        if (!first) out.push_back(',');
+        first = false;
+    };
+    if (!req.system_prompt.empty()) {
+        next();
+        role_text(out, "system", req.system_prompt);
+    }
     for (const auto& mp : req.messages) {
         const message& m = *mp;
+        next();
         switch (m.role) {
-            case message_role::user: msgs.push_back(user_text("user", text_of(m))); break;
+            case message_role::user:
+                with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                break;
             case message_role::assistant: {
-                json::object a;
-                a["role"] = "assistant";
-                const std::string text = text_of(m);
-                json::array calls;
-                for (const auto* tc : tool_calls_of(m)) {
-                    json::object fn;
-                    fn["name"] = tc->name;
-                    fn["arguments"] = json::serialize(tc->arguments);
-                    json::object c;
-                    c["id"] = tc->id;
-                    c["type"] = "function";
-                    c["function"] = std::move(fn);
-                    calls.push_back(std::move(c));
+                const auto calls = tool_calls_of(m);
+                out += "{\"role\":\"assistant\",\"content\":";
+                with_text(m, [&](std::string_view t) {
+                    if (t.empty() && !calls.empty())
+                        out += "null";
+                    else
+                        jt::append_string(out, t);
+                });
+                if (!calls.empty()) {
+                    out += ",\"tool_calls\":[";
+                    for (std::size_t i = 0; i < calls.size(); ++i) {
+                        if (i) out.push_back(',');
+                        out += "{\"id\":";
+                        jt::append_string(out, calls[i]->id);
+                        out += ",\"type\":\"function\",\"function\":{\"name\":";
+                        jt::append_string(out, calls[i]->name);
+                        out += ",\"arguments\":";
+                        jt::append_string(out, json::serialize(calls[i]->arguments));
+                        out += "}}";
+                    }
+                    out.push_back(']');
                 }
-                a["content"] = text.empty() && !calls.empty() ? json::value(nullptr) : json::value(text);
-                if (!calls.empty()) a["tool_calls"] = std::move(calls);
-                msgs.push_back(std::move(a));
+                out.push_back('}');
                 break;
             }
-            case message_role::tool_result: {
-                json::object t;
-                t["role"] = "tool";
-                t["tool_call_id"] = m.tool_call_id;
-                t["content"] = text_of(m);
-                msgs.push_back(std::move(t));
+            case message_role::tool_result:
+                out += "{\"role\":\"tool\",\"tool_call_id\":";
+                jt::append_string(out, m.tool_call_id);
+                out += ",\"content\":";
+                with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+                out.push_back('}');
                 break;
-            }
         }
     }
-    body["messages"] = std::move(msgs);
-    body["stream"] = true;
-    json::object so;
-    so["include_usage"] = true;
-    body["stream_options"] = std::move(so);
+    out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
     if (!req.tools.empty()) {
-        json::array tools;
-        for (const auto& t : req.tools) {
-            json::object fn;
-            fn["name"] = t.name;
-            fn["description"] = t.description;
-            fn["parameters"] = schema_or_empty(t.parameters);
-            json::object o;
-            o["type"] = "function";
-            o["function"] = std::move(fn);
-            tools.push_back(std::move(o));
+        out += ",\"tools\":[";
+        for (std::size_t i = 0; i < req.tools.size(); ++i) {
+            const auto& t = req.tools[i];
+            if (i) out.push_back(',');
+            out += "{\"type\":\"function\",\"function\":{\"name\":";
+            jt::append_string(out, t.name);
+            out += ",\"description\":";
+            jt::append_string(out, t.description);
+            out += ",\"parameters\":";
+            schema_or_empty(out, t.parameters);
+            out += "}}";
         }
-        body["tools"] = std::move(tools);
+        out.push_back(']');
     }
-    return json::serialize(body);
+    out.push_back('}');
+    return out;
 }
 
 std::string anthropic_body(const provider_request& req) {
-    json::object body;
-    body["model"] = req.model.id;
-    body["max_tokens"] = req.model.max_tokens > 0 ? req.model.max_tokens : 4096;
-    if (!req.system_prompt.empty()) body["system"] = req.system_prompt;
-    json::array msgs;
-    json::array pending_results;  // consecutive tool results go into one user message
-    auto flush_results = [&] {
-        if (pending_results.empty()) return;
-        json::object u;
-        u["role"] = "user";
-        u["content"] = std::move(pending_results);
-        msgs.push_back(std::move(u));
-        pending_results = json::array();
+    std::string out;
+    out.reserve(body_size_hint(req));
+    out += "{\"model\":";
+    jt::append_string(out, req.model.id);
+    out += ",\"max_tokens\":";
+    jt::append_int(out, req.model.max_tokens > 0 ? req.model.max_tokens : 4096);
+    if (!req.system_prompt.empty()) {
+        out += ",\"system\":";
+        jt::append_string(out, req.system_prompt);
+    }
+    out += ",\"messages\":[";
+    bool first_message = true;
+    bool in_results = false;  // consecutive tool results go into one user message
+    const auto open_message = [&](std::string_view role) {
+        if (!first_message) out.push_back(',');
+        first_message = false;
+        out += "{\"role\":\"";
+        out += role;
+        out += "\",\"content\":[";
+    };
+    const auto flush_results = [&] {
+        if (!in_results) return;
+        out += "]}";
+        in_results = false;
     };
     for (const auto& mp : req.messages) {
         const message& m = *mp;
         if (m.role == message_role::tool_result) {
-            json::object r;
-            r["type"] = "tool_result";
-            r["tool_use_id"] = m.tool_call_id;
-            r["content"] = text_of(m);
-            if (m.is_error) r["is_error"] = true;
-            pending_results.push_back(std::move(r));
+            if (!in_results) {
+                open_message("user");
+                in_results = true;
+            } else {
+                out.push_back(',');
+            }
+            out += "{\"type\":\"tool_result\",\"tool_use_id\":";
+            jt::append_string(out, m.tool_call_id);
+            out += ",\"content\":";
+            with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+            if (m.is_error) out += ",\"is_error\":true";
+            out.push_back('}');
             continue;
         }
         flush_results();
-        json::array content;
+        bool any = false;
         for (const auto& b : m.content) {
             if (const auto* t = std::get_if<text_block>(&b)) {
-                if (t->text.empty()) continue;  // the API rejects empty text blocks
-                json::object o;
-                o["type"] = "text";
-                o["text"] = t->text;
-                content.push_back(std::move(o));
-            } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
-                json::object o;
-                o["type"] = "tool_use";
-                o["id"] = c->id;
-                o["name"] = c->name;
-                o["input"] = c->arguments;
-                content.push_back(std::move(o));
+                if (!t->text.empty()) any = true;  // the API rejects empty text blocks
+            } else if (std::holds_alternative<tool_call_block>(b)) {
+                any = true;
             }
         }
-        if (content.empty()) {
-            if (m.role == message_role::assistant) continue;
-            json::object o;
-            o["type"] = "text";
-            o["text"] = " ";
-            content.push_back(std::move(o));
+        if (!any && m.role == message_role::assistant) continue;
+        open_message(m.role == message_role::assistant ? "assistant" : "user");
+        bool first_block = true;
+        for (const auto& b : m.content) {
+            if (const auto* t = std::get_if<text_block>(&b)) {
+                if (t->text.empty()) continue;
+                if (!first_block) out.push_back(',');
+                first_block = false;
+                out += "{\"type\":\"text\",\"text\":";
+                jt::append_string(out, t->text);
+                out.push_back('}');
+            } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
+                if (!first_block) out.push_back(',');
+                first_block = false;
+                out += "{\"type\":\"tool_use\",\"id\":";
+                jt::append_string(out, c->id);
+                out += ",\"name\":";
+                jt::append_string(out, c->name);
+                out += ",\"input\":";
+                jt::append_value(out, c->arguments);
+                out.push_back('}');
+            }
         }
-        json::object o;
-        o["role"] = m.role == message_role::assistant ? "assistant" : "user";
-        o["content"] = std::move(content);
-        msgs.push_back(std::move(o));
+        if (!any) out += R"({"type":"text","text":" "})";
+        out += "]}";
     }
     flush_results();
-    body["messages"] = std::move(msgs);
-    body["stream"] = true;
+    out += "],\"stream\":true";
     if (!req.tools.empty()) {
-        json::array tools;
-        for (const auto& t : req.tools) {
-            json::object o;
-            o["name"] = t.name;
-            o["description"] = t.description;
-            o["input_schema"] = schema_or_empty(t.parameters);
-            tools.push_back(std::move(o));
+        out += ",\"tools\":[";
+        for (std::size_t i = 0; i < req.tools.size(); ++i) {
+            const auto& t = req.tools[i];
+            if (i) out.push_back(',');
+            out += "{\"name\":";
+            jt::append_string(out, t.name);
+            out += ",\"description\":";
+            jt::append_string(out, t.description);
+            out += ",\"input_schema\":";
+            schema_or_empty(out, t.parameters);
+            out.push_back('}');
         }
-        body["tools"] = std::move(tools);
+        out.push_back(']');
     }
-    return json::serialize(body);
+    out.push_back('}');
+    return out;
 }
 
 std::int64_t int_of(const json::value* v) noexcept {

@@ -1,0 +1,66 @@
+#pragma once
+// Writing JSON text straight into a std::string, for the hot paths that would otherwise build a
+// boost::json DOM only to serialise it (request bodies, event lines). The output is what
+// boost::json::serialize writes for the same values: strings escape `"`, `\` and control
+// characters (\b \f \n \r \t, else \u00XX); other bytes, UTF-8 included, pass through.
+
+#include <boost/json/serializer.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace coagent::json_text {
+
+/// Appends `s` as a JSON string literal (with its quotes).
+inline void append_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out.reserve(out.size() + s.size() + 2);
+    out.push_back('"');
+    std::size_t run = 0;  // start of the bytes not yet copied
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        out.append(s.data() + run, i - run);
+        run = i + 1;
+        out.push_back('\\');
+        switch (c) {
+            case '"': out.push_back('"'); break;
+            case '\\': out.push_back('\\'); break;
+            case '\b': out.push_back('b'); break;
+            case '\f': out.push_back('f'); break;
+            case '\n': out.push_back('n'); break;
+            case '\r': out.push_back('r'); break;
+            case '\t': out.push_back('t'); break;
+            default:
+                out += "u00";
+                out.push_back(hex[c >> 4]);
+                out.push_back(hex[c & 0xF]);
+        }
+    }
+    out.append(s.data() + run, s.size() - run);
+    out.push_back('"');
+}
+
+/// Appends `"key":` (the key is written as given: it must need no escaping).
+inline void append_key(std::string& out, std::string_view key) {
+    out.push_back('"');
+    out += key;
+    out += "\":";
+}
+
+inline void append_int(std::string& out, std::int64_t v) { out += std::to_string(v); }
+
+inline void append_bool(std::string& out, bool v) { out += v ? "true" : "false"; }
+
+/// Appends any JSON value (objects from outside: tool arguments, schemas) through Boost.JSON's
+/// serializer, without a temporary string per value.
+inline void append_value(std::string& out, const boost::json::value& v) {
+    boost::json::serializer sr;
+    sr.reset(&v);
+    char buf[4096];
+    while (!sr.done()) out += sr.read(buf, sizeof buf);
+}
+
+}  // namespace coagent::json_text
