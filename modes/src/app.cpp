@@ -59,6 +59,8 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
         models = models_config::load(models_file);
         auto auth_log = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
         auth = std::make_shared<file_auth_storage>(auth_file, nullptr, std::move(auth_log));
+        for (const auto& w : models.warnings()) std::cerr << "warning: " << w.message() << "\n";
+        for (const auto& w : auth->warnings()) std::cerr << "warning: " << w.message() << "\n";
         ho = models.provider_options(opts_.provider, opts_.model, store_.current().provider);
     } catch (const settings_error& e) {
         throw config_error(e.what());
