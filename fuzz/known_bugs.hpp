@@ -15,8 +15,9 @@ namespace coagent::fuzz {
 /// it as `Infinity`, which no JSON parser (Boost.JSON included) reads back. Every place that
 /// writes back JSON it parsed is affected: the RPC response's echoed `id`, settings.json after
 /// persist_global, auth.json after a usage-limit block, session-file lines and RPC events that
-/// carry tool-call arguments from a provider.
-inline constexpr bool known_bug_non_finite_numbers = true;
+/// carry tool-call arguments from a provider. Fixed: every reader of outside JSON goes through
+/// coagent::parse_json_strict (runtime/json_input.hpp), which refuses such numbers.
+inline constexpr bool known_bug_non_finite_numbers = false;
 
 /// Whether `v` holds a non-finite number anywhere.
 inline bool has_non_finite(const boost::json::value& v) {
@@ -44,7 +45,8 @@ inline bool skip_non_finite(const boost::json::value& v) {
 /// get_int: a session file's timestamp or usage; providers/src/http_protocol.cpp int_of: a
 /// provider's usage, e.g. "input_tokens":1e19) and signed overflow when usage parts are summed
 /// into totalTokens ("input_tokens":9223372036854775807,"output_tokens":1). UBSan stops on both.
-inline constexpr bool known_bug_huge_numbers = true;
+/// Fixed: conversions and sums saturate (coagent::saturating_int64, coagent::saturating_add).
+inline constexpr bool known_bug_huge_numbers = false;
 
 /// Whether `v` holds a number that an int64 field cannot take, or that overflows when added to
 /// another (beyond ±2^61).

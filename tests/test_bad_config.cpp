@@ -11,6 +11,7 @@
 
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <boost/json/parse.hpp>
@@ -104,6 +105,17 @@ struct bad_case {
     std::string found;    // a part of settings_error::found
 };
 
+// A file one byte over the limit of config files (config_file::max_bytes, 4 MiB), valid JSON.
+std::string too_large_file() {
+    std::string s = R"({"x":")";
+    s.append(config_file::max_bytes + 1 - s.size() - 2, 'a');
+    s += "\"}";
+    return s;
+}
+
+constexpr const char* non_finite_expected = "a number within the double range (about ±1.8e308)";
+constexpr const char* too_large_expected = "a file of at most 4194304 bytes (4 MiB)";
+
 const std::vector<bad_case>& cases() {
     static const std::vector<bad_case> c = {
         // settings.json
@@ -119,6 +131,9 @@ const std::vector<bad_case>& cases() {
         {file_kind::settings, "empty file", "", "", "a JSON object", "empty"},
         {file_kind::settings, "blank file", " \n\t\n", "", "a JSON object", "empty"},
         {file_kind::settings, "unreadable file", directory, "", "", "Is a directory"},
+        {file_kind::settings, "number beyond a double", R"({"retry":{"enabled":true},"x":{"y":[1,1e400]}})", "x.y[1]",
+         non_finite_expected, "out of range"},
+        {file_kind::settings, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
         // models.json
         {file_kind::models, "wrong type: providers", R"({"providers":[]})", "providers", "an object of providers", "[]"},
         {file_kind::models, "wrong type: baseUrl",
@@ -136,6 +151,12 @@ const std::vector<bad_case>& cases() {
         {file_kind::models, "wrong type: top level", R"("local")", "", "a JSON object at the top level", R"("local")"},
         {file_kind::models, "invalid JSON", R"({"providers":{"local":})", "", "valid JSON", ""},
         {file_kind::models, "unreadable file", directory, "", "a readable file", "Is a directory"},
+        {file_kind::models, "empty file", "", "", "a JSON object", "empty"},
+        {file_kind::models, "blank file", "\xEF\xBB\xBF \r\n", "", "a JSON object", "empty"},
+        {file_kind::models, "number beyond a double",
+         R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions","models":[{"id":"m1","contextWindow":-1e999}]}}})",
+         "providers.local.models[0].contextWindow", non_finite_expected, "out of range"},
+        {file_kind::models, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
         // auth.json
         {file_kind::auth, "wrong type: provider value", R"({"openai":"sk-123"})", "openai",
          "a credential object or an array of them", R"("sk-123")"},
@@ -149,6 +170,11 @@ const std::vector<bad_case>& cases() {
         {file_kind::auth, "wrong type: top level", R"([1])", "", "a JSON object of providers", "[1]"},
         {file_kind::auth, "invalid JSON", R"({"openai":[{"type":"api_key","key":"sk-1"})", "", "valid JSON", ""},
         {file_kind::auth, "unreadable file", directory, "", "a readable file", "Is a directory"},
+        {file_kind::auth, "empty file", "", "", "a JSON object", "empty"},
+        {file_kind::auth, "blank file", "\n\n", "", "a JSON object", "empty"},
+        {file_kind::auth, "number beyond a double", R"({"openai":[{"type":"api_key","key":"sk-1","n":1e400}]})",
+         "openai[0].n", non_finite_expected, "out of range"},
+        {file_kind::auth, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
     };
     return c;
 }
@@ -344,6 +370,54 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
         CHECK(v.at("anthropic") == json::parse(R"({"type":"oauth","refresh":"r","expires":1})"));
         CHECK(v.at("note") == json::parse(R"({"type":"other"})"));
     }
+}
+
+TEST_CASE("fixed finding 4: models.json and auth.json warn once per unknown key and keep it", "[config]") {
+    temp_dir dir;
+    write_file(dir.path / "settings.json", R"({"retry":{"enabled":false}})");
+    const fs::path models = dir.path / "models.json";
+    // the reference agent's keys coagent does not use (compat, cost, reasoning, input) are not
+    // warned about; a typo is
+    write_file(models, R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions",)"
+                       R"("compat":{},"timeoutMs":5,"models":[{"id":"m1","cost":{},"reasoning":true,"contextWindw":9},)"
+                       R"({"id":"m2","contextWindw":9}]}},"version":2,"providers2":{}})");
+    const fs::path auth = dir.path / "auth.json";
+    write_file(auth, R"({"local":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2","label":"x"}],)"
+                     R"("anthropic":{"type":"oauth","refresh":"r","expires":1}})");
+
+    const auto c = models_config::load(models);
+    std::vector<std::string> keys;
+    for (const auto& w : c.warnings()) {
+        keys.push_back(w.key);
+        CHECK(w.file == models.string());
+    }
+    CHECK(keys == std::vector<std::string>{"version", "providers2", "providers.local.timeoutMs",
+                                           "providers.local.models[0].contextWindw",
+                                           "providers.local.models[1].contextWindw"});
+    CHECK(c.resolve("local", "m1").id == "m1");
+
+    file_auth_storage a(auth, [] { return std::int64_t{1'700'000'000'000}; });
+    keys.clear();
+    for (const auto& w : a.warnings()) {
+        keys.push_back(w.key);
+        CHECK(w.file == auth.string());
+    }
+    CHECK(keys == std::vector<std::string>{"local[0].label", "local[1].label"});  // oauth: not coagent's
+    REQUIRE(a.api_key("local", "s1") == "sk-1");
+    CHECK(a.mark_usage_limit_reached("local", "s1", 1000));
+    const auto v = json::parse(read_text(auth)).as_object();
+    CHECK(v.at("local").at(0).at("label") == "work");  // kept when rewritten
+
+    // coagent prints them, one line each, before anything else (the prompt then fails: no server)
+    const auto r = run_coagent(dir.path, "-p hi --no-session --provider local");
+    const std::string w = "warning: ";
+    CHECK(r.err.starts_with(w + models.string() + ": unknown key \"version\" (kept, not used)\n" + w + models.string() +
+                            ": unknown key \"providers2\" (kept, not used)\n" + w + models.string() +
+                            ": unknown key \"providers.local.timeoutMs\" (kept, not used)\n" + w + models.string() +
+                            ": unknown key \"providers.local.models[0].contextWindw\" (kept, not used)\n" + w +
+                            models.string() + ": unknown key \"providers.local.models[1].contextWindw\" (kept, not used)\n" +
+                            w + auth.string() + ": unknown key \"local[0].label\" (kept, not used)\n" + w + auth.string() +
+                            ": unknown key \"local[1].label\" (kept, not used)\n"));
 }
 
 TEST_CASE("fixed bug: an unreadable models.json (here a directory) is an error naming the file",

@@ -157,3 +157,101 @@ TEST_CASE("a session name is a session_info entry and survives a resume", "[hist
     harness h(R"([])", settings{}, [&](session_options& o) { o.resume_file = file; });
     CHECK(h.session->session_name() == "my session");
 }
+
+namespace {
+
+void write_text(const fs::path& p, const std::string& text) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << text;
+}
+
+constexpr std::string_view header_line = R"({"type":"session","version":3,"id":"abc123","timestamp":"t","cwd":"/"})"
+                                         "\n";
+
+}  // namespace
+
+TEST_CASE("fixed finding 10: an empty session file (killed before its first entry) loads as an empty session",
+          "[history][limits]") {
+    temp_dir dir;
+    fs::path file;
+    std::string id;
+    {
+        auto h = session_history::create_file(dir.path, "/cwd");  // created, nothing written yet
+        file = *h.file();
+        id = h.session_id();
+    }
+    REQUIRE(fs::file_size(file) == 0);
+    auto loaded = session_history::load(file);
+    CHECK(loaded.warnings.empty());
+    CHECK(loaded.history.entries().empty());
+    CHECK(loaded.history.session_id() == id);  // from the file name
+    REQUIRE_FALSE(loaded.history.append_message(std::make_shared<message>(make_user_message("first"))));
+    const auto lines = read_lines(file);
+    REQUIRE(lines.size() == 2);  // the header is written with the first entry
+    CHECK(lines[0].find("\"id\":\"" + id + "\"") != std::string::npos);
+    auto again = session_history::load(file);
+    CHECK(again.history.session_id() == id);
+    CHECK(again.history.messages().size() == 1);
+
+    // a blank file too; its header is the first line that is not blank
+    const fs::path blank = dir.path / "blank.jsonl";
+    write_text(blank, "\n \n");
+    auto b = session_history::load(blank);
+    CHECK(b.history.entries().empty());
+    CHECK(b.history.session_id().size() == 32);  // no id in the name: a fresh one
+    REQUIRE_FALSE(b.history.append_message(std::make_shared<message>(make_user_message("x"))));
+    CHECK(session_history::load(blank).history.messages().size() == 1);
+}
+
+TEST_CASE("fixed: a session header with an empty id is refused, naming the file and the key", "[history]") {
+    temp_dir dir;
+    const fs::path file = dir.path / "s.jsonl";
+    write_text(file, R"({"type":"session","version":3,"id":"","cwd":"/"})" "\n");
+    CHECK_THROWS_WITH(session_history::load(file),
+                      file.string() + ": not a session file (line 1: key \"id\": expected a non-empty string, found \"\")");
+}
+
+TEST_CASE("session file limits: an over-long line is skipped, an over-large file refused", "[history][limits]") {
+    temp_dir dir;
+    const fs::path file = dir.path / "s.jsonl";
+    const std::string entry = R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":")" +
+                              std::string(200, 'x') + R"("}})" "\n";
+    write_text(file, std::string(header_line) + entry + R"({"type":"label","id":"00000002","parentId":"00000001"})" "\n");
+    session_file_limits limits;
+    limits.max_line_bytes = 100;
+    auto loaded = session_history::load(file, limits);
+    REQUIRE(loaded.warnings.size() == 1);
+    CHECK(loaded.warnings[0] == file.string() + ":2: line of " + std::to_string(entry.size() - 1) +
+                                    " bytes exceeds the limit of 100 bytes (0 MiB); skipped");
+    CHECK(loaded.history.entries().size() == 1);
+    CHECK(session_history::load(file).history.entries().size() == 2);  // default limits: 64 MiB a line
+
+    limits = {};
+    limits.max_file_bytes = 200;
+    CHECK_THROWS_WITH(session_history::load(file, limits),
+                      file.string() + ": session file exceeds the limit of 200 bytes (0 MiB); not loaded");
+    CHECK(session_file_limits{}.max_file_bytes == 256u * 1024 * 1024);
+    CHECK(session_file_limits{}.max_line_bytes == 64u * 1024 * 1024);
+}
+
+TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session file", "[history][limits]") {
+    temp_dir dir;
+    const fs::path file = dir.path / "s.jsonl";
+    write_text(file,
+               std::string(header_line) +
+                   R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":"a","timestamp":1e300}})" "\n"
+                   R"({"type":"message","id":"00000002","parentId":"00000001","message":{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"t","arguments":{"n":1e400}}],"stopReason":"toolUse"}})" "\n"
+                   R"({"type":"message","id":"00000003","parentId":"00000001","message":{"role":"assistant","content":"b","stopReason":"stop","usage":{"input":9223372036854775807,"output":-1e30,"totalTokens":18446744073709551615},"timestamp":-1e300}})" "\n");
+    auto loaded = session_history::load(file);
+    REQUIRE(loaded.warnings.size() == 1);  // the line with 1e400 (it would be written back as Infinity)
+    CHECK(loaded.warnings[0] ==
+          file.string() + ":3: number out of range at \"message.content[0].arguments.n\" (a JSON number must fit a "
+                          "double: at most about 1.8e308); line skipped");
+    const auto msgs = loaded.history.messages();
+    REQUIRE(msgs.size() == 2);
+    CHECK(msgs[0]->timestamp == INT64_MAX);  // saturated, not undefined behaviour
+    CHECK(msgs[1]->usage.input == INT64_MAX);
+    CHECK(msgs[1]->usage.output == INT64_MIN);
+    CHECK(msgs[1]->usage.total_tokens == INT64_MAX);
+    CHECK(msgs[1]->timestamp == INT64_MIN);
+}

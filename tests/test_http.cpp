@@ -10,6 +10,7 @@
 #include <coagent/providers/sse_parser.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -123,6 +124,92 @@ TEST_CASE("http error text: the reference's forms", "[http][protocol]") {
     CHECK(o.type == "insufficient_quota");
     CHECK(http_error_text(400, R"({"detail":"bad"})").text == R"(400 {"detail":"bad"})");
     CHECK(http_error_text(404, R"({"message":"no such model"})").text == "404 no such model");
+}
+
+namespace {
+
+struct null_observer final : stream_observer {
+    void on_message_start(const message&) override {}
+    void on_text_delta(const message&, std::string_view) override {}
+};
+
+// Decodes `body` (an SSE stream) with a fresh decoder of `api`.
+message decode_stream(api_kind api, std::string_view body, std::size_t max_reply = http_protocol::default_max_reply_bytes) {
+    message out;
+    out.role = message_role::assistant;
+    null_observer obs;
+    auto d = http_protocol::stream_decoder::make(api);
+    d->set_max_reply_bytes(max_reply);
+    sse_parser p;
+    p.feed(body, [&](const sse_event& ev) { d->on_event(ev, out, obs); });
+    p.finish();
+    d->on_end(out);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("fixed finding 1: a number beyond a double in a provider's stream is an error reply", "[http][protocol][limits]") {
+    // in an event: the reply fails, naming where
+    auto m = decode_stream(api_kind::anthropic_messages,
+                           "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e400}}}\n\n");
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message == "Invalid stream data from the provider: number out of range at \"message.usage.input_tokens\" "
+                             "(a JSON number must fit a double: at most about 1.8e308)");
+    CHECK_FALSE(retryable(m));
+    // in tool-call arguments (streamed as text, parsed at the end): the reply fails, and the
+    // arguments are not kept (they would be written to the session file as Infinity)
+    m = decode_stream(api_kind::openai_completions,
+                      "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"calc\","
+                      "\"arguments\":\"{\\\"x\\\":-1e999}\"}}]}}]}\n\n"
+                      "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message == "Invalid stream data from the provider: the arguments of tool call \"calc\": number out of "
+                             "range at \"x\" (a JSON number must fit a double: at most about 1.8e308)");
+    REQUIRE(tool_calls_of(m).size() == 1);
+    CHECK(tool_calls_of(m)[0]->arguments.empty());
+    CHECK(boost::json::serialize(to_json(m)).find("Infinity") == std::string::npos);
+    // an error body with one: shown as text, not as `Infinity`
+    CHECK(http_protocol::http_error_text(400, R"({"n":1e400})").text == R"(400 {"n":1e400})");
+}
+
+TEST_CASE("fixed finding 9: provider usage beyond int64 saturates", "[http][protocol][limits]") {
+    auto m = decode_stream(api_kind::anthropic_messages,
+                           "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e19,"
+                           "\"cache_read_input_tokens\":9223372036854775807}}}\n\n"
+                           "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":18446744073709551615}}\n\n"
+                           "data: {\"type\":\"message_stop\"}\n\n");
+    CHECK(m.stop == stop_reason::stop);
+    CHECK(m.usage.input == INT64_MAX);
+    CHECK(m.usage.output == INT64_MAX);
+    CHECK(m.usage.cache_read == INT64_MAX);
+    CHECK(m.usage.total_tokens == INT64_MAX);
+    m = decode_stream(api_kind::openai_completions,
+                      "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],"
+                      "\"usage\":{\"prompt_tokens\":9e18,\"completion_tokens\":9e18}}\n\ndata: [DONE]\n\n");
+    CHECK(m.usage.total_tokens == INT64_MAX);
+    CHECK(m.usage.input == 9'000'000'000'000'000'000);
+}
+
+TEST_CASE("limits: a provider's whole reply is bounded (text and tool-call arguments)", "[http][protocol][limits]") {
+    CHECK(http_protocol::default_max_reply_bytes == 16u * 1024 * 1024);
+    const std::string chunk = "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"0123456789\"}}\n\n";
+    std::string body = "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    for (int i = 0; i < 5; ++i) body += chunk;
+    body += "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\ndata: {\"type\":\"message_stop\"}\n\n";
+    CHECK(decode_stream(api_kind::anthropic_messages, body, 50).stop == stop_reason::stop);  // exactly at the limit
+    auto m = decode_stream(api_kind::anthropic_messages, body, 49);
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message == "Reply too large: the provider streamed more than 49 bytes of text and tool-call "
+                             "arguments (the limit of one reply)");
+    CHECK(text_of(m) == "0123456789012345678901234567890123456789");  // what came before the limit
+    CHECK_FALSE(retryable(m));
+    // tool-call arguments count too
+    m = decode_stream(api_kind::openai_completions,
+                      "data: {\"choices\":[{\"delta\":{\"content\":\"12345\",\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"t\","
+                      "\"arguments\":\"{\\\"a\\\":123}\"}}]}}]}\n\n", 10);
+    CHECK(m.stop == stop_reason::error);
+    CHECK_THAT(*m.error_message, Catch::StartsWith("Reply too large"));
 }
 
 TEST_CASE("retry hint from headers: every form, largest wins", "[http][protocol][appendix-a]") {
@@ -689,6 +776,17 @@ TEST_CASE("models.json: a broken file names the file, the key and what was expec
     CHECK(config_error_of(R"({"providers":[]})") ==
           R"(/home/u/.coagent/models.json: key "providers": expected an object of providers, found [])");
     CHECK(config_error_of("{\n  \"providers\": {,}\n}") == "/home/u/.coagent/models.json:2:17: invalid JSON: syntax error");
+}
+
+TEST_CASE("fixed: a value quoted in a models.json / auth.json error is cut on a code-point boundary", "[http][config]") {
+    // 1 quote + 75 ASCII bytes, then 'é' at bytes 76-77: the old cut at byte 77 split it
+    const std::string value = std::string(75, 'a') + "\xC3\xA9" + std::string(20, 'b');
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://h/v1","api":")" + value + R"(","models":[{"id":"m"}]}}})") ==
+          "/home/u/.coagent/models.json: key \"providers.x.api\": expected \"openai-completions\" or "
+          "\"anthropic-messages\", found \"" + std::string(75, 'a') + "...");
+    temp_dir d;
+    write_text(d.path / "auth.json", R"({"p":{"type":"api_key","key":"k","blockedUntil":")" + value + "\"}}");
+    CHECK_THROWS_WITH(file_auth_storage(d.path / "auth.json"), Catch::EndsWith("found \"" + std::string(75, 'a') + "..."));
 }
 
 TEST_CASE("API keys: models.json apiKey (literal or env name), else the built-in's variable", "[http][config]") {

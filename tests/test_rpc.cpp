@@ -7,6 +7,7 @@
 
 #include <coagent/modes/rpc_client.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -210,6 +211,39 @@ TEST_CASE("parse_command: bad input gives errors that name the problem, id echoe
     std::string long_value =
         R"({"type":"set_auto_retry","enabled":")" + std::string(500, 'x') + "\"}";
     CHECK(parse_error(long_value).error.size() < 200);  // shown values are cut
+}
+
+TEST_CASE("fixed finding 1: a number beyond a double in a command is refused, never echoed as Infinity",
+          "[rpc][protocol][limits]") {
+    auto e = parse_error(R"({"id":1e400,"type":"get_state"})");
+    CHECK_FALSE(e.id);
+    CHECK(e.command == "parse");
+    CHECK(e.error == "Failed to parse command: number out of range at \"id\" (a JSON number must fit a double: "
+                     "at most about 1.8e308)");
+    const std::string line = rpc::to_line(rpc::error_response(e));
+    CHECK(line.find("Infinity") == std::string::npos);
+    CHECK(json::parse(std::string_view(line).substr(0, line.size() - 1)).is_object());
+    CHECK(parse_error(R"({"type":"prompt","message":"x","extra":[-1e999]})").error ==
+          "Failed to parse command: number out of range at \"extra[0]\" (a JSON number must fit a double: at most "
+          "about 1.8e308)");
+    // with invalid UTF-8 too: the id is not salvaged
+    e = parse_error("{\"id\":1e400,\"type\":\"prompt\",\"message\":\"\xFF\"}");
+    CHECK_FALSE(e.id);
+    // a large but finite id is echoed as read
+    auto ok = rpc::parse_command(R"({"id":1e300,"type":"get_state"})");
+    REQUIRE(std::holds_alternative<rpc::command>(ok));
+    CHECK(std::get<rpc::command>(ok).id == json::value(1e300));
+}
+
+TEST_CASE("fixed: values shown in errors are cut on a UTF-8 code-point boundary", "[rpc][protocol]") {
+    // 76 ASCII bytes then 'é' (2 bytes) at 77-78: a cut at byte 77 would split it
+    const std::string value = std::string(75, 'a') + "\xC3\xA9" + std::string(20, 'b');
+    const auto e = parse_error(R"({"type":"set_auto_retry","enabled":")" + value + "\"}");
+    CHECK(e.error == "Field \"enabled\" must be a boolean, found string \"" + std::string(75, 'a') + "...");
+    CHECK_FALSE(rpc::find_invalid_utf8(e.error));
+    CHECK(cut_utf8("abc", 80) == "abc");
+    CHECK(cut_utf8(std::string(76, 'x') + "\xE2\x82\xAC" + "yyyy", 80) == std::string(76, 'x') + "...");
+    CHECK(cut_utf8(std::string(77, 'x') + "\xE2\x82\xAC" + "yyyy", 80) == std::string(77, 'x') + "...");
 }
 
 TEST_CASE("responses: envelope fields and order", "[rpc][protocol]") {

@@ -62,6 +62,8 @@ void app_catalog::load() {
         auto models = std::make_unique<models_config>(models_config::load(dir_ / "models.json"));
         auto auth_log = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
         auth_ = std::make_shared<file_auth_storage>(dir_ / "auth.json", nullptr, std::move(auth_log));
+        for (const auto& w : models->warnings()) std::cerr << "warning: " << w.message() << "\n";
+        for (const auto& w : auth_->warnings()) std::cerr << "warning: " << w.message() << "\n";
         models_ = std::move(models);
     } catch (const settings_error& e) {
         throw config_error(e.what());

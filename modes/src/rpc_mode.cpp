@@ -1,6 +1,7 @@
 #include <coagent/modes/rpc_mode.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -13,7 +14,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <unistd.h>
+#include <cmath>
 #include <csignal>
+#include <limits>
 #include <cstring>
 #include <system_error>
 #include <variant>
@@ -420,10 +423,10 @@ class rpc_server {
                 case message_role::assistant:
                     ++assistants;
                     tool_calls += static_cast<std::int64_t>(tool_calls_of(*m).size());
-                    sum.input += m->usage.input;
-                    sum.output += m->usage.output;
-                    sum.cache_read += m->usage.cache_read;
-                    sum.cache_write += m->usage.cache_write;
+                    sum.input = saturating_add(sum.input, m->usage.input);
+                    sum.output = saturating_add(sum.output, m->usage.output);
+                    sum.cache_read = saturating_add(sum.cache_read, m->usage.cache_read);
+                    sum.cache_write = saturating_add(sum.cache_write, m->usage.cache_write);
                     cost += m->usage.cost.total;
                     break;
                 case message_role::tool_result:
@@ -444,9 +447,11 @@ class rpc_server {
         tokens["output"] = sum.output;
         tokens["cacheRead"] = sum.cache_read;
         tokens["cacheWrite"] = sum.cache_write;
-        tokens["total"] = sum.input + sum.output + sum.cache_read + sum.cache_write;
+        tokens["total"] = saturating_add(saturating_add(sum.input, sum.output),
+                                         saturating_add(sum.cache_read, sum.cache_write));
         d["tokens"] = std::move(tokens);
-        d["cost"] = cost;
+        // finite costs can still add up to infinity, which JSON cannot carry
+        d["cost"] = std::isfinite(cost) ? cost : std::numeric_limits<double>::max();
         return d;
     }
 

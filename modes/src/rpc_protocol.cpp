@@ -1,7 +1,7 @@
 #include <coagent/modes/rpc_protocol.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/json/serialize.hpp>
-#include <boost/json/stream_parser.hpp>
 
 #include <array>
 #include <cstring>
@@ -132,15 +132,7 @@ constexpr std::array<name_entry, 16> command_names{{
 
 /// Compact JSON of a value for an error message, cut at 80 characters.
 std::string shown(const json::value& v) {
-    std::string s = json::serialize(v);
-    if (s.size() > 80) {
-        std::size_t cut = 77;
-        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
-            --cut;  // UTF-8 boundary
-        s.resize(cut);
-        s += "...";
-    }
-    return s;
+    return json_excerpt(v);
 }
 
 std::string_view kind_name(const json::value& v) noexcept {
@@ -230,12 +222,9 @@ class fields {
 std::optional<json::value> salvage_id(std::string_view line) {
     json::parse_options po;
     po.allow_invalid_utf8 = true;
-    json::stream_parser p({}, po);
-    boost::system::error_code ec;
-    p.write(line.data(), line.size(), ec);
-    if (!ec) p.finish(ec);
-    if (ec) return std::nullopt;
-    const json::value v = p.release();
+    auto parsed = parse_json_strict(line, po);  // an id beyond the double range is not echoed
+    if (!parsed) return std::nullopt;
+    const json::value& v = parsed.value;
     if (!v.is_object()) return std::nullopt;
     const json::value* id = v.get_object().if_contains("id");
     if (!id) return std::nullopt;
@@ -264,15 +253,16 @@ parse_result parse_command(std::string_view line) {
             salvage_id(line), "parse",
             "Failed to parse command: invalid UTF-8 at byte " + std::to_string(*bad)};
 
-    json::stream_parser p;  // default limits: depth 32, strict JSON
-    boost::system::error_code ec;
-    const std::size_t used = p.write(line.data(), line.size(), ec);
-    if (!ec) p.finish(ec);
-    if (ec)
+    // default limits: depth 32, strict JSON, no number beyond the double range (it would be
+    // echoed as `Infinity`)
+    const auto parsed = parse_json_strict(line);
+    if (const auto& e = parsed.error) {
+        if (e->non_finite) return command_error{std::nullopt, "parse", "Failed to parse command: " + e->describe()};
         return command_error{
             std::nullopt, "parse",
-            "Failed to parse command: " + ec.message() + " (at byte " + std::to_string(used) + ")"};
-    const json::value v = p.release();
+            "Failed to parse command: " + e->message + " (at byte " + std::to_string(e->offset) + ")"};
+    }
+    const json::value& v = parsed.value;
     if (!v.is_object())
         return command_error{
             std::nullopt, "parse",

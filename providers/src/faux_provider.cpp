@@ -1,8 +1,8 @@
 #include <coagent/providers/faux_provider.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/json/parse.hpp>
-#include <boost/json/stream_parser.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <cerrno>
@@ -25,37 +25,21 @@ std::int64_t non_negative_int(const json::object& o, std::string_view key, const
     const auto* v = o.if_contains(key);
     if (!v) return 0;
     if (v->is_int64() && v->get_int64() >= 0) return v->get_int64();
-    if (v->is_uint64()) return static_cast<std::int64_t>(std::min<std::uint64_t>(v->get_uint64(), INT64_MAX));
+    if (v->is_uint64()) return *saturating_int64(*v);
     step_error(source, index, "\"" + std::string(key) + "\" must be a non-negative integer, found " +
                                   json::serialize(*v));
-}
-
-std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t offset) {
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
-        if (text[i] == '\n') {
-            ++line;
-            col = 1;
-        } else {
-            ++col;
-        }
-    }
-    return {line, col};
 }
 
 }  // namespace
 
 faux_script faux_script::parse(std::string_view text, const std::string& source) {
-    json::stream_parser p;
-    boost::system::error_code ec;
-    std::size_t consumed = p.write_some(text.data(), text.size(), ec);
-    if (!ec) p.finish(ec);
-    if (ec) {
-        auto [line, col] = line_col(text, consumed);
-        throw faux_script_error(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                                ": invalid JSON: " + ec.message());
+    auto parsed = parse_json_strict(text);
+    if (const auto& e = parsed.error) {
+        if (e->non_finite) throw faux_script_error(source + ": " + e->describe());
+        throw faux_script_error(source + ":" + std::to_string(e->line) + ":" + std::to_string(e->column) +
+                                ": invalid JSON: " + e->message);
     }
-    json::value v = p.release();
+    json::value v = std::move(parsed.value);
     if (!v.is_array()) throw faux_script_error(source + ": the script must be a JSON array of steps");
     faux_script s;
     const auto& arr = v.get_array();
@@ -86,7 +70,8 @@ faux_script faux_script::parse(std::string_view text, const std::string& source)
                 tu.output = non_negative_int(uo, "output", source, i);
                 tu.cache_read = non_negative_int(uo, "cacheRead", source, i);
                 tu.cache_write = non_negative_int(uo, "cacheWrite", source, i);
-                tu.total_tokens = tu.input + tu.output + tu.cache_read + tu.cache_write;
+                tu.total_tokens = saturating_add(saturating_add(tu.input, tu.output),
+                                                 saturating_add(tu.cache_read, tu.cache_write));
                 st.usage = tu;
             }
         } else {

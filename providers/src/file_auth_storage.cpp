@@ -2,13 +2,14 @@
 
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/runtime/message.hpp>
+#include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
 
-#include <boost/json/parser.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <spdlog/logger.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -25,69 +26,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct fd_guard {
-    int fd = -1;
-    ~fd_guard() {
-        if (fd >= 0) ::close(fd);
-    }
-};
+std::string found_text(const json::value& v) { return config_file::compact(v); }
 
-std::string errno_text(int e) { return std::generic_category().message(e); }
-
-std::string found_text(const json::value& v) {
-    std::string s = json::serialize(v);
-    if (s.size() > 80) s = s.substr(0, 77) + "...";
-    return s;
-}
-
-// The file's bytes; nullopt if it does not exist. Throws settings_error on other errors.
-std::optional<std::string> read_all(const fs::path& p) {
-    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (f.fd < 0) {
-        if (errno == ENOENT) return std::nullopt;
-        const int e = errno;
-        throw settings_error(p.string(), "", "a readable file", errno_text(e), p.string() + ": cannot read it: " + errno_text(e));
-    }
-    std::string text;
-    char buf[8192];
-    for (;;) {
-        const ssize_t n = ::read(f.fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            const int e = errno;
-            throw settings_error(p.string(), "", "a readable file", errno_text(e), p.string() + ": cannot read it: " + errno_text(e));
-        }
-        if (n == 0) break;
-        text.append(buf, static_cast<std::size_t>(n));
-    }
-    return text;
-}
+std::optional<std::string> read_all(const fs::path& p) { return config_file::read(p, p.string()); }
 
 json::object parse_root(std::string_view text, const std::string& label) {
-    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return {};
-    json::parser p;
-    boost::system::error_code ec;
-    const std::size_t offset = p.write(text.data(), text.size(), ec);
-    if (ec) {
-        std::size_t line = 1, col = 1;
-        for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
-            if (text[i] == '\n') {
-                ++line;
-                col = 1;
-            } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-                ++col;
-            }
-        }
-        settings_error e(label, "", "valid JSON", ec.message(),
-                         label + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON: " + ec.message());
-        e.line = line;
-        e.column = col;
-        throw e;
-    }
-    json::value v = p.release();
-    if (!v.is_object()) throw settings_error(label, "", "a JSON object of providers", found_text(v));
-    return std::move(v.get_object());
+    return config_file::parse_object(text, label, "a JSON object of providers");
 }
 
 // The credential objects of one provider's value (an object or an array of objects).
@@ -111,97 +55,6 @@ std::string cred_key(const std::string& provider, std::size_t i, bool array, std
     return provider + (array ? "[" + std::to_string(i) + "]" : std::string()) + "." + std::string(field);
 }
 
-void append_pretty(std::string& out, const json::value& v, int depth) {
-    const auto indent = [&](int d) {
-        out += '\n';
-        out.append(static_cast<std::size_t>(2 * d), ' ');
-    };
-    if (v.is_object()) {
-        const auto& o = v.get_object();
-        if (o.empty()) {
-            out += "{}";
-            return;
-        }
-        out += '{';
-        bool first = true;
-        for (const auto& kv : o) {
-            if (!first) out += ',';
-            first = false;
-            indent(depth + 1);
-            out += json::serialize(json::value(kv.key()));
-            out += ": ";
-            append_pretty(out, kv.value(), depth + 1);
-        }
-        indent(depth);
-        out += '}';
-    } else if (v.is_array()) {
-        const auto& a = v.get_array();
-        if (a.empty()) {
-            out += "[]";
-            return;
-        }
-        out += '[';
-        bool first = true;
-        for (const auto& x : a) {
-            if (!first) out += ',';
-            first = false;
-            indent(depth + 1);
-            append_pretty(out, x, depth + 1);
-        }
-        indent(depth);
-        out += ']';
-    } else {
-        out += json::serialize(v);
-    }
-}
-
-std::atomic<unsigned> temp_counter{0};
-
-// Replaces `path` with `content` atomically (temporary file in the same directory, fsync,
-// rename, fsync of the directory), mode 0600: credentials are the owner's only.
-void write_atomically(const fs::path& path, const std::string& content) {
-    const std::string label = path.string();
-    auto io_error = [&](const std::string& what, int e) {
-        return settings_error(label, "", "a writable file", errno_text(e), label + ": cannot " + what + ": " + errno_text(e));
-    };
-    fs::path dir = path.parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    fs::path temp;
-    fd_guard f;
-    for (int attempt = 0; f.fd < 0; ++attempt) {
-        temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                      std::to_string(temp_counter.fetch_add(1)));
-        f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (f.fd < 0 && (errno != EEXIST || attempt >= 100)) throw io_error("create " + temp.string(), errno);
-    }
-    bool ok = false;
-    struct remove_temp {
-        const fs::path& p;
-        const bool& ok;
-        ~remove_temp() {
-            if (!ok) ::unlink(p.c_str());
-        }
-    } guard{temp, ok};
-    (void)::fchmod(f.fd, 0600);  // regardless of the umask
-    std::string_view rest = content;
-    while (!rest.empty()) {
-        const ssize_t n = ::write(f.fd, rest.data(), rest.size());
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw io_error("write " + temp.string(), errno);
-        }
-        rest.remove_prefix(static_cast<std::size_t>(n));
-    }
-    if (::fsync(f.fd) != 0) throw io_error("fsync " + temp.string(), errno);
-    if (::close(std::exchange(f.fd, -1)) != 0) throw io_error("close " + temp.string(), errno);
-    if (::rename(temp.c_str(), path.c_str()) != 0) throw io_error("replace it", errno);
-    ok = true;
-    fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (d.fd >= 0) (void)::fsync(d.fd);
-}
-
 std::string stamp_of(const fs::path& p) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return "missing";
@@ -209,32 +62,15 @@ std::string stamp_of(const fs::path& p) {
            "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
-// An exclusive flock on "<file>.lock" for the scope (best effort: a failure is reported).
-struct file_lock {
-    fd_guard fd;
-    std::string error;
-    explicit file_lock(const fs::path& file) {
-        const fs::path lock = fs::path(file.string() + ".lock");
-        std::error_code ec;
-        fs::create_directories(lock.parent_path().empty() ? fs::path(".") : lock.parent_path(), ec);
-        fd.fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd.fd < 0) {
-            error = lock.string() + ": " + errno_text(errno);
-            return;
-        }
-        while (::flock(fd.fd, LOCK_EX) != 0) {
-            if (errno == EINTR) continue;
-            error = lock.string() + ": " + errno_text(errno);
-            return;
-        }
-    }
-};
-
 }  // namespace
 
-// The api_key credentials of a parsed auth.json, validated.
+// The fields of an api_key credential coagent knows; others are kept and warned about.
+constexpr std::string_view credential_fields[] = {"type", "key", "blockedUntil"};
+
+// The api_key credentials of a parsed auth.json, validated. Unknown fields of api_key
+// credentials are appended to `warnings` (when given), each once.
 static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> credentials_of(
-    json::object& root, const std::string& label) {
+    json::object& root, const std::string& label, std::vector<settings_warning>* warnings = nullptr) {
     std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> out;
     for (auto& kv : root) {
         const std::string provider(kv.key());
@@ -247,6 +83,15 @@ static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, 
             if (type && !type->is_string())
                 throw settings_error(label, cred_key(provider, i, array, "type"), "a string", found_text(*type));
             if (type && type->get_string() != "api_key") continue;  // oauth etc.: kept, not used
+            if (warnings)
+                for (const auto& kv : c)
+                    if (const std::string_view field = kv.key();
+                        std::find(std::begin(credential_fields), std::end(credential_fields), field) ==
+                        std::end(credential_fields)) {
+                        settings_warning w{label, cred_key(provider, i, array, field)};
+                        if (std::find(warnings->begin(), warnings->end(), w) == warnings->end())
+                            warnings->push_back(std::move(w));
+                    }
             const auto* key = c.if_contains("key");
             if (!key || !key->is_string() || key->get_string().empty())
                 throw settings_error(label, cred_key(provider, i, array, "key"), "a non-empty string",
@@ -274,7 +119,7 @@ file_auth_storage::file_auth_storage(fs::path file, std::function<std::int64_t()
     const std::string stamp = stamp_of(file_);
     auto text = read_all(file_);
     json::object root = text ? parse_root(*text, file_.string()) : json::object();
-    for (auto& [provider, list] : credentials_of(root, file_.string()))
+    for (auto& [provider, list] : credentials_of(root, file_.string(), &warnings_))
         for (auto& [key, blocked] : list) creds_[provider].push_back({key, blocked});
     stamp_ = stamp;
 }
@@ -331,7 +176,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std:
     const std::int64_t hint = std::max<std::int64_t>(retry_after_ms.value_or(default_block_ms), 0);
     const std::int64_t until = hint > INT64_MAX - now ? INT64_MAX : now + hint;
 
-    file_lock flock_guard(file_);
+    config_file::lock flock_guard(file_);
     if (!flock_guard.error.empty() && logger_)
         logger_->warn("cannot lock {}: {} (writing without the lock)", file_.string(), flock_guard.error);
     try {
@@ -352,10 +197,8 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std:
             }
         }
         if (found) {
-            std::string out;
-            append_pretty(out, json::value(root), 0);
-            out += '\n';
-            write_atomically(file_, out);
+            // mode 0600: credentials are the owner's only
+            config_file::write_atomically(file_, config_file::pretty(json::value(root)), file_.string(), 0600);
             table fresh;
             for (auto& [p, list] : credentials_of(root, file_.string()))
                 for (auto& [key, blocked] : list) fresh[p].push_back({key, blocked});

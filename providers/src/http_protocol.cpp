@@ -2,9 +2,9 @@
 // machines: unit-testable without sockets.
 
 #include <coagent/providers/http_protocol.hpp>
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/runtime/json_text.hpp>
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -16,8 +16,6 @@
 namespace coagent::http_protocol {
 
 namespace {
-
-constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
     return a.size() == b.size() &&
@@ -106,9 +104,7 @@ std::optional<std::int64_t> make_time(int year, unsigned month, int day, std::st
 }
 
 std::string compact_json(const json::value& v, std::size_t max_len = 1000) {
-    std::string s = json::serialize(v);
-    if (s.size() > max_len) s = s.substr(0, max_len) + "...";
-    return s;
+    return cut_utf8(json::serialize(v), max_len + 3);  // max_len bytes, then "..."
 }
 
 // The message of an error object ({"message":…,"type":…,"code":…}) with its type.
@@ -345,12 +341,10 @@ std::string anthropic_body(const provider_request& req) {
     return out;
 }
 
+// A count from the provider: a number saturated to [0, INT64_MAX], else 0.
 std::int64_t int_of(const json::value* v) noexcept {
     if (!v) return 0;
-    if (v->is_int64()) return std::max<std::int64_t>(0, v->get_int64());
-    if (v->is_uint64()) return static_cast<std::int64_t>(std::min<std::uint64_t>(v->get_uint64(), int64_max));
-    if (v->is_double() && v->get_double() > 0) return static_cast<std::int64_t>(v->get_double());
-    return 0;
+    return std::max<std::int64_t>(0, saturating_int64(*v).value_or(0));
 }
 
 // Tool-call argument deltas reach observers that know them; others see only the message.
@@ -373,13 +367,9 @@ public:
             done(out);
             return;
         }
-        boost::system::error_code ec;
-        json::value v = json::parse(ev.data, ec);
-        if (ec || !v.is_object()) {
-            fail(out, "Invalid stream data from the provider: " + (ec ? ec.message() : std::string("not an object")));
-            return;
-        }
-        const auto& o = v.get_object();
+        const json::object* obj = parse_event(ev, out);
+        if (!obj) return;
+        const auto& o = *obj;
         if (const auto* e = o.if_contains("error")) {
             std::string msg, type;
             if (e->is_object())
@@ -398,7 +388,7 @@ public:
             out.usage.cache_read = std::min(cached, prompt);
             out.usage.input = prompt - out.usage.cache_read;
             out.usage.output = int_of(uo.if_contains("completion_tokens"));
-            out.usage.total_tokens = prompt + out.usage.output;
+            out.usage.total_tokens = saturating_add(prompt, out.usage.output);
         }
         const auto* choices = o.if_contains("choices");
         if (!choices || !choices->is_array() || choices->get_array().empty()) return;
@@ -411,6 +401,7 @@ public:
                 const std::string_view piece = c->get_string();
                 if (out.content.empty() || !std::holds_alternative<text_block>(out.content.back()))
                     out.content.emplace_back(text_block{});
+                if (!grow(out, piece.size())) return;
                 std::get<text_block>(out.content.back()).text.append(piece);
                 observer.on_text_delta(out, piece);
             }
@@ -433,6 +424,7 @@ public:
                         if (const auto* n = f.if_contains("name"); n && n->is_string() && !n->get_string().empty())
                             block.name = n->get_string();
                         if (const auto* a = f.if_contains("arguments"); a && a->is_string() && !a->get_string().empty()) {
+                            if (!grow(out, a->get_string().size())) return;
                             tool_args_[it->second].append(a->get_string());
                             notify_tool_delta(observer, out, a->get_string());
                         }
@@ -454,7 +446,7 @@ public:
 
 private:
     void done(message& out) {
-        finish_text_and_tools(out);
+        if (!finish_text_and_tools(out)) return;
         if (finish_reason_ == "length") {
             out.stop = stop_reason::length;
         } else if (finish_reason_ == "tool_calls" || finish_reason_ == "function_call") {
@@ -477,13 +469,9 @@ class anthropic_decoder final : public stream_decoder {
 public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
         if (state_ != state::streaming) return;
-        boost::system::error_code ec;
-        json::value v = json::parse(ev.data, ec);
-        if (ec || !v.is_object()) {
-            fail(out, "Invalid stream data from the provider: " + (ec ? ec.message() : std::string("not an object")));
-            return;
-        }
-        const auto& o = v.get_object();
+        const json::object* obj = parse_event(ev, out);
+        if (!obj) return;
+        const auto& o = *obj;
         std::string_view type = ev.type;
         if (const auto* t = o.if_contains("type"); t && t->is_string()) type = t->get_string();
 
@@ -499,7 +487,10 @@ public:
             if (!bt || !bt->is_string()) return;
             if (bt->get_string() == "text") {
                 text_block t;
-                if (const auto* s = b.if_contains("text"); s && s->is_string()) t.text = s->get_string();
+                if (const auto* s = b.if_contains("text"); s && s->is_string()) {
+                    if (!grow(out, s->get_string().size())) return;
+                    t.text = s->get_string();
+                }
                 out.content.emplace_back(std::move(t));
                 blocks_[idx] = out.content.size() - 1;
             } else if (bt->get_string() == "tool_use") {
@@ -521,11 +512,13 @@ public:
             if (dt->get_string() == "text_delta") {
                 const auto* t = delta.if_contains("text");
                 if (!t || !t->is_string() || !std::holds_alternative<text_block>(out.content[it->second])) return;
+                if (!grow(out, t->get_string().size())) return;
                 std::get<text_block>(out.content[it->second]).text.append(t->get_string());
                 observer.on_text_delta(out, t->get_string());
             } else if (dt->get_string() == "input_json_delta") {
                 const auto* p = delta.if_contains("partial_json");
                 if (!p || !p->is_string()) return;
+                if (!grow(out, p->get_string().size())) return;
                 tool_args_[it->second].append(p->get_string());
                 notify_tool_delta(observer, out, p->get_string());
             }
@@ -558,11 +551,12 @@ private:
         if (u.contains("cache_read_input_tokens")) out.usage.cache_read = int_of(u.if_contains("cache_read_input_tokens"));
         if (u.contains("cache_creation_input_tokens"))
             out.usage.cache_write = int_of(u.if_contains("cache_creation_input_tokens"));
-        out.usage.total_tokens = out.usage.input + out.usage.output + out.usage.cache_read + out.usage.cache_write;
+        out.usage.total_tokens = saturating_add(saturating_add(out.usage.input, out.usage.output),
+                                                saturating_add(out.usage.cache_read, out.usage.cache_write));
     }
 
     void done(message& out) {
-        finish_text_and_tools(out);
+        if (!finish_text_and_tools(out)) return;
         if (stop_reason_ == "max_tokens") {
             out.stop = stop_reason::length;
         } else if (stop_reason_ == "tool_use") {
@@ -688,8 +682,9 @@ error_details http_error_text(int status, std::string_view body) {
         d.text = prefix + "status code (no body)";
         return d;
     }
-    boost::system::error_code ec;
-    json::value v = json::parse(trimmed, ec);
+    auto parsed = parse_json_strict(trimmed);
+    const bool ec = !parsed;  // invalid JSON, or a number beyond the double range: the raw text
+    const json::value& v = parsed.value;
     std::string msg;
     if (!ec && v.is_object()) {
         const auto& o = v.get_object();
@@ -708,8 +703,7 @@ error_details http_error_text(int status, std::string_view body) {
     } else if (!ec) {
         msg = compact_json(v);
     } else {
-        msg = std::string(trimmed.substr(0, 1000));
-        if (trimmed.size() > 1000) msg += "...";
+        msg = cut_utf8(std::string(trimmed.substr(0, 1004)), 1003);
     }
     d.text = prefix + msg;
     return d;
@@ -721,23 +715,57 @@ std::unique_ptr<stream_decoder> stream_decoder::make(api_kind k) {
 }
 
 void stream_decoder::fail(message& out, std::string text, std::string type) {
-    finish_text_and_tools(out);
+    state_ = state::error;             // first: finish_text_and_tools must not fail again
+    (void)finish_text_and_tools(out);  // a failed reply keeps the arguments that parse
     out.stop = stop_reason::error;
     out.error_message = std::move(text);
     if (!type.empty()) out.error_type = std::move(type);
     state_ = state::error;
 }
 
-void stream_decoder::finish_text_and_tools(message& out) {
+bool stream_decoder::finish_text_and_tools(message& out) {
+    std::string non_finite;  // the first tool call whose arguments hold a number beyond a double
     for (auto& [index, raw] : tool_args_) {
         if (index >= out.content.size()) continue;
         auto* block = std::get_if<tool_call_block>(&out.content[index]);
         if (!block) continue;
-        boost::system::error_code ec;
-        json::value v = raw.empty() ? json::value(json::object()) : json::parse(raw, ec);
-        if (!ec && v.is_object()) block->arguments = std::move(v.get_object());
+        if (raw.empty()) {
+            block->arguments = {};
+            continue;
+        }
+        auto parsed = parse_json_strict(raw);
+        if (parsed && parsed.value.is_object())
+            block->arguments = std::move(parsed.value.get_object());
+        else if (parsed.error && parsed.error->non_finite && non_finite.empty())
+            non_finite = "Invalid stream data from the provider: the arguments of tool call \"" + block->name +
+                         "\": " + parsed.error->describe();
+        // invalid JSON arguments stay empty (the tool reports what it misses)
     }
     tool_args_.clear();
+    if (non_finite.empty() || state_ != state::streaming) return true;
+    fail(out, std::move(non_finite));
+    return false;
+}
+
+const json::object* stream_decoder::parse_event(const sse_event& ev, message& out) {
+    auto parsed = parse_json_strict(ev.data);
+    if (!parsed || !parsed.value.is_object()) {
+        fail(out, "Invalid stream data from the provider: " +
+                      (parsed.error ? parsed.error->describe() : std::string("not an object")));
+        return nullptr;
+    }
+    event_ = std::move(parsed.value);
+    return &event_.get_object();
+}
+
+bool stream_decoder::grow(message& out, std::size_t bytes) {
+    if (bytes <= max_reply_bytes_ - std::min(reply_bytes_, max_reply_bytes_) ) {
+        reply_bytes_ += bytes;
+        return true;
+    }
+    fail(out, "Reply too large: the provider streamed more than " + std::to_string(max_reply_bytes_) +
+                  " bytes of text and tool-call arguments (the limit of one reply)");
+    return false;
 }
 
 }  // namespace coagent::http_protocol

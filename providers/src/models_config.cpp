@@ -2,7 +2,8 @@
 
 #include <coagent/providers/models_config.hpp>
 
-#include <boost/json/parser.hpp>
+#include <coagent/session/config_file.hpp>
+
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -18,11 +19,30 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string found_text(const json::value& v) {
-    std::string s = json::serialize(v);
-    if (s.size() > 80) s = s.substr(0, 77) + "...";
-    return s;
+std::string found_text(const json::value& v) { return config_file::compact(v); }
+
+// Warns (once) about the keys of `o` that are neither used by coagent (`known`) nor known to be
+// the reference agent's (`reference`).
+template <std::size_t N, std::size_t M>
+void warn_unknown(const json::object& o, const std::string& file, const std::string& path,
+                  const std::string_view (&known)[N], const std::string_view (&reference)[M],
+                  std::vector<settings_warning>& warnings) {
+    for (const auto& kv : o) {
+        const std::string_view key = kv.key();
+        if (std::find(std::begin(known), std::end(known), key) != std::end(known) ||
+            std::find(std::begin(reference), std::end(reference), key) != std::end(reference))
+            continue;
+        settings_warning w{file, path.empty() ? std::string(key) : path + "." + std::string(key)};
+        if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(std::move(w));
+    }
 }
+
+constexpr std::string_view top_keys[] = {"providers"};
+constexpr std::string_view no_keys[] = {""};
+constexpr std::string_view provider_keys[] = {"baseUrl", "api", "apiKey", "headers", "models"};
+constexpr std::string_view reference_provider_keys[] = {"authHeader", "compat"};
+constexpr std::string_view model_keys[] = {"id", "name", "contextWindow", "maxTokens", "api"};
+constexpr std::string_view reference_model_keys[] = {"compat", "cost", "reasoning", "input", "headers"};
 
 [[noreturn]] void fail(const std::string& file, const std::string& key, const std::string& expected,
                        const json::value& v) {
@@ -68,9 +88,11 @@ void check_url(const std::string& url, const std::string& file, const std::strin
         throw settings_error(file, key, "an http:// or https:// URL", found_text(json::value(url)));
 }
 
-model_entry parse_model(const json::value& v, const std::string& file, const std::string& path) {
+model_entry parse_model(const json::value& v, const std::string& file, const std::string& path,
+                        std::vector<settings_warning>& warnings) {
     if (!v.is_object()) fail(file, path, "an object", v);
     const auto& o = v.get_object();
+    warn_unknown(o, file, path, model_keys, reference_model_keys, warnings);
     model_entry m;
     m.id = string_field(o, "id", file, path, true);
     m.name = string_field(o, "name", file, path, false, false);
@@ -135,46 +157,15 @@ models_config models_config::builtins() {
 
 models_config models_config::load(const fs::path& file) {
     const std::string label = file.string();
-    std::error_code dir_ec;
-    if (fs::is_directory(file, dir_ec))  // an ifstream opens a directory and reads nothing
-        throw settings_error(label, "", "a readable file", std::strerror(EISDIR),
-                             label + ": cannot read it: " + std::strerror(EISDIR));
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-        if (errno == ENOENT || !fs::exists(file)) return builtins();
-        throw settings_error(label, "", "a readable file", std::strerror(errno),
-                             label + ": cannot read it: " + std::strerror(errno));
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse(ss.str(), label);
+    auto text = config_file::read(file, label);
+    if (!text) return builtins();
+    return parse(*text, label);
 }
 
 models_config models_config::parse(std::string_view text, const std::string& file) {
-    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
     models_config c = builtins();
-    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return c;  // empty file: nothing added
-    json::parser p;
-    boost::system::error_code ec;
-    const std::size_t offset = p.write(text.data(), text.size(), ec);
-    if (ec) {
-        std::size_t line = 1, col = 1;
-        for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
-            if (text[i] == '\n') {
-                ++line;
-                col = 1;
-            } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-                ++col;
-            }
-        }
-        settings_error e(file, "", "valid JSON", ec.message(),
-                         file + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON: " + ec.message());
-        e.line = line;
-        e.column = col;
-        throw e;
-    }
-    const json::value root = p.release();
-    if (!root.is_object()) fail(file, "", "a JSON object at the top level", root);
+    const json::value root = config_file::parse_object(text, file);  // empty: an error
+    warn_unknown(root.get_object(), file, "", top_keys, no_keys, c.warnings_);
     const auto* provs = root.get_object().if_contains("providers");
     if (!provs) return c;  // other top-level keys are the reference's business
     if (!provs->is_object()) fail(file, "providers", "an object of providers", *provs);
@@ -186,6 +177,7 @@ models_config models_config::parse(std::string_view text, const std::string& fil
             throw settings_error(file, path, "a provider name without '/' other than \"faux\"", found_text(json::value(name)));
         if (!kv.value().is_object()) fail(file, path, "an object", kv.value());
         const auto& o = kv.value().get_object();
+        warn_unknown(o, file, path, provider_keys, reference_provider_keys, c.warnings_);
         auto it = std::find_if(c.providers_.begin(), c.providers_.end(), [&](const provider_entry& e) { return e.name == name; });
         const bool existing = it != c.providers_.end();
         provider_entry pe = existing ? *it : provider_entry{};
@@ -212,7 +204,7 @@ models_config models_config::parse(std::string_view text, const std::string& fil
         if (const auto* ms = o.if_contains("models")) {
             if (!ms->is_array()) fail(file, path + ".models", "an array of models", *ms);
             for (std::size_t i = 0; i < ms->get_array().size(); ++i)
-                add_or_replace(pe.models, parse_model(ms->get_array()[i], file, path + ".models[" + std::to_string(i) + "]"));
+                add_or_replace(pe.models, parse_model(ms->get_array()[i], file, path + ".models[" + std::to_string(i) + "]", c.warnings_));
         }
         if (pe.models.empty())
             throw settings_error(file, path + ".models", "a non-empty array of models", o.contains("models") ? "[]" : "nothing (missing)");

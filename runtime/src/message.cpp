@@ -1,6 +1,8 @@
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/runtime/message.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 namespace coagent {
@@ -86,9 +88,11 @@ std::vector<const tool_call_block*> tool_calls_of(const message& m) {
 }
 
 namespace {
-// whole numbers as integers (JSON readers see 0, not 0E0)
+// whole numbers as integers (JSON readers see 0, not 0E0); never a non-finite number (it would
+// be written as `Infinity`): null instead, which reads back as 0
 json::value number(double d) {
-    if (d == static_cast<double>(static_cast<std::int64_t>(d)) && d > -9e15 && d < 9e15)
+    if (!std::isfinite(d)) return nullptr;
+    if (d > -9e15 && d < 9e15 && d == static_cast<double>(static_cast<std::int64_t>(d)))
         return static_cast<std::int64_t>(d);
     return d;
 }
@@ -156,9 +160,7 @@ std::string get_string(const json::object& o, std::string_view key, bool require
 std::int64_t get_int(const json::object& o, std::string_view key) {
     const auto* v = find(o, key);
     if (!v || v->is_null()) return 0;
-    if (v->is_int64()) return v->get_int64();
-    if (v->is_uint64()) return static_cast<std::int64_t>(v->get_uint64());
-    if (v->is_double()) return static_cast<std::int64_t>(v->get_double());
+    if (auto n = saturating_int64(*v)) return *n;  // beyond int64: clamped
     bad_field(key, "a number");
 }
 
@@ -241,7 +243,7 @@ message message_from_json(const json::value& v) {
         m.stop = *stop;
         if (const auto* e = find(o, "errorMessage"); e && e->is_string())
             m.error_message = std::string(e->get_string());
-        if (const auto* s = find(o, "errorStatus"); s && s->is_int64())
+        if (const auto* s = find(o, "errorStatus"); s && s->is_int64() && s->get_int64() >= 0 && s->get_int64() <= 999)
             m.error_status = static_cast<int>(s->get_int64());
         m.error_type = get_string(o, "errorType", false);
         if (const auto* r = find(o, "shouldRetry"); r && r->is_bool()) m.should_retry = r->get_bool();

@@ -1,3 +1,4 @@
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/session/compaction.hpp>
 
 #include <boost/json/serialize.hpp>
@@ -31,7 +32,8 @@ std::int64_t estimate_tokens(const message& m) {
 
 std::int64_t context_tokens(const message& r) {
     if (r.usage.total_tokens > 0) return r.usage.total_tokens;
-    return r.usage.input + r.usage.output + r.usage.cache_read + r.usage.cache_write;
+    return saturating_add(saturating_add(r.usage.input, r.usage.output),
+                          saturating_add(r.usage.cache_read, r.usage.cache_write));
 }
 
 bool over_threshold(const message& r, const model_info& model, const compaction_settings& s) {

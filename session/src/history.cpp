@@ -1,13 +1,14 @@
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/history.hpp>
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <chrono>
-#include <fstream>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 
@@ -186,51 +187,114 @@ std::vector<message_ptr> session_history::context() const {
     return out;
 }
 
-session_history::loaded session_history::load(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw std::runtime_error(file.string() + ": cannot open session file");
+namespace {
+
+// The session id in a file name "<timestamp>_<id>.jsonl" (create_file's), or "".
+std::string id_from_file_name(const fs::path& file) {
+    const std::string stem = file.stem().string();
+    const auto us = stem.rfind('_');
+    if (us == std::string::npos || us + 1 == stem.size()) return {};
+    const std::string id = stem.substr(us + 1);
+    for (char c : id)
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return {};
+    return id;
+}
+
+std::string mib(std::size_t bytes) {
+    return std::to_string(bytes) + " bytes (" + std::to_string(bytes / (1024 * 1024)) + " MiB)";
+}
+
+}  // namespace
+
+session_history::loaded session_history::load(const fs::path& file, const session_file_limits& limits) {
+    const std::string label = file.string();
+    std::FILE* f = std::fopen(file.c_str(), "rbe");
+    if (!f) throw std::runtime_error(label + ": cannot open session file: " + std::strerror(errno));
+    std::string text;
+    {
+        struct closer {
+            std::FILE* f;
+            ~closer() { std::fclose(f); }
+        } close_it{f};
+        char buf[64 * 1024];
+        for (;;) {
+            const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+            if (n > 0) {
+                if (n > limits.max_file_bytes - text.size())  // never held beyond the limit
+                    throw std::runtime_error(label + ": session file exceeds the limit of " +
+                                             mib(limits.max_file_bytes) + "; not loaded");
+                text.append(buf, n);
+            }
+            if (n < sizeof buf) {
+                if (std::ferror(f)) throw std::runtime_error(label + ": cannot read session file: " + std::strerror(errno));
+                break;
+            }
+        }
+    }
     loaded out;
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
     // a last line without a newline was cut by a crash unless it parses
-    const bool last_terminated = [&] {
-        in.clear();
-        in.seekg(-1, std::ios::end);
-        char c = 0;
-        return in.get(c) && c == '\n';
-    }();
+    const bool last_terminated = text.empty() || text.back() == '\n';
+    std::vector<std::string_view> lines;
+    for (std::string_view rest = text; !rest.empty();) {
+        const auto nl = rest.find('\n');
+        lines.push_back(rest.substr(0, nl));
+        if (nl == std::string_view::npos) break;
+        rest.remove_prefix(nl + 1);
+    }
+    const auto blank = [](std::string_view s) { return s.find_first_not_of(" \t\r") == std::string_view::npos; };
 
-    auto parse = [](const std::string& s) -> std::optional<json::object> {
-        boost::system::error_code ec;
-        auto v = json::parse(s, ec);
-        if (ec || !v.is_object()) return std::nullopt;
-        return std::move(v.get_object());
-    };
+    // the header is the first line that is not blank (blank lines before it are skipped)
+    const std::size_t first = static_cast<std::size_t>(std::find_if_not(lines.begin(), lines.end(), blank) - lines.begin());
+    if (first == lines.size()) {
+        // Created but never written to (killed before its first entry): an empty session. The
+        // header is written with the first entry, as for a new session.
+        out.history.id_ = id_from_file_name(file);
+        if (out.history.id_.empty()) out.history.id_ = random_hex_id(32);
+        std::error_code ec;
+        out.history.cwd_ = fs::current_path(ec).string();
+        out.history.header_written_ = false;
+    } else {
+        const std::string line_no = "line " + std::to_string(first + 1);
+        if (lines[first].size() > limits.max_line_bytes)
+            throw std::runtime_error(label + ": not a session file (" + line_no + " exceeds the limit of " +
+                                     mib(limits.max_line_bytes) + ")");
+        auto parsed = parse_json_strict(lines[first]);
+        const json::object* header = parsed && parsed.value.is_object() ? &parsed.value.get_object() : nullptr;
+        const json::value* type = header ? header->if_contains("type") : nullptr;
+        if (!type || *type != "session")
+            throw std::runtime_error(label + ": not a session file (" + line_no +
+                                     " is not a {\"type\":\"session\"} header)");
+        const json::value* id = header->if_contains("id");
+        if (!id || !id->is_string() || id->get_string().empty())
+            throw std::runtime_error(label + ": not a session file (" + line_no +
+                                     ": key \"id\": expected a non-empty string, found " +
+                                     (id ? json_excerpt(*id) : std::string("nothing")) + ")");
+        out.history.id_ = std::string(id->get_string());
+        if (auto* c = header->if_contains("cwd"); c && c->is_string()) out.history.cwd_ = c->get_string();
+        out.history.header_written_ = true;
+    }
 
-    if (lines.empty()) throw std::runtime_error(file.string() + ": not a session file (empty)");
-    auto header = parse(lines[0]);
-    if (!header || !header->contains("type") || (*header)["type"] != "session" ||
-        !(*header)["id"].is_string())
-        throw std::runtime_error(file.string() +
-                                 ": not a session file (line 1 is not a {\"type\":\"session\"} header)");
-    out.history.id_ = std::string((*header)["id"].get_string());
-    if (auto* c = header->if_contains("cwd"); c && c->is_string()) out.history.cwd_ = c->get_string();
-    out.history.header_written_ = true;
-
-    for (std::size_t i = 1; i < lines.size(); ++i) {
+    for (std::size_t i = first + 1; i < lines.size(); ++i) {
         const bool is_last = i + 1 == lines.size();
+        const std::string where = label + ":" + std::to_string(i + 1);
         if (lines[i].empty()) continue;
-        auto o = parse(lines[i]);
-        if (!o) {
-            if (is_last)
-                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
-                                       ": torn last line skipped (" +
-                                       (last_terminated ? "unparsable" : "no newline") + ")");
-            else
-                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
-                                       ": unparsable line skipped");
+        if (lines[i].size() > limits.max_line_bytes) {
+            out.warnings.push_back(where + ": line of " + std::to_string(lines[i].size()) +
+                                   " bytes exceeds the limit of " + mib(limits.max_line_bytes) + "; skipped");
             continue;
         }
+        auto parsed = parse_json_strict(lines[i]);
+        if (!parsed || !parsed.value.is_object()) {
+            if (parsed.error && parsed.error->non_finite)
+                out.warnings.push_back(where + ": " + parsed.error->describe() + "; line skipped");
+            else if (is_last)
+                out.warnings.push_back(where + ": torn last line skipped (" +
+                                       (last_terminated ? "unparsable" : "no newline") + ")");
+            else
+                out.warnings.push_back(where + ": unparsable line skipped");
+            continue;
+        }
+        json::object* o = &parsed.value.get_object();
         history_entry e;
         if (auto* t = o->if_contains("type"); t && t->is_string()) e.type = t->get_string();
         if (auto* id = o->if_contains("id"); id && id->is_string()) e.id = id->get_string();
@@ -239,15 +303,13 @@ session_history::loaded session_history::load(const fs::path& file) {
             try {
                 e.msg = std::make_shared<message>(message_from_json((*o)["message"]));
             } catch (const std::exception& ex) {
-                out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) + ": " + ex.what() +
-                                       "; entry skipped");
+                out.warnings.push_back(where + ": " + ex.what() + "; entry skipped");
                 continue;
             }
         } else if (e.type != "compaction" && e.type != "model_change" &&
                    e.type != "thinking_level_change" && e.type != "session_info" &&
                    e.type != "custom" && e.type != "label") {
-            out.warnings.push_back(file.string() + ":" + std::to_string(i + 1) +
-                                   ": unknown entry type \"" + e.type + "\" kept");
+            out.warnings.push_back(where + ": unknown entry type \"" + e.type + "\" kept");
         }
         e.raw = std::move(*o);
         out.history.entries_.push_back(std::move(e));

@@ -1,3 +1,4 @@
+#include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <boost/json/parser.hpp>
@@ -200,94 +201,12 @@ json::value default_json(const schema_entry& e) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON text: compact (for messages) and indented (for files). Doubles are written in their
-// shortest round-trip form ("2.5", not Boost's "2.5E0"), always with a '.' or an exponent.
+// JSON text: compact (for messages) and indented (for files), see config_file.hpp.
 // ---------------------------------------------------------------------------------------------
-
-void append_double(std::string& out, double d) {
-    char buf[64];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
-    if (ec != std::errc{} || !std::isfinite(d)) {
-        out += json::serialize(json::value(d));
-        return;
-    }
-    std::string_view s(buf, static_cast<std::size_t>(end - buf));
-    out += s;
-    if (s.find_first_of(".eE") == std::string_view::npos) out += ".0";
-}
-
-void append_json(std::string& out, const json::value& v, int indent, int depth) {
-    const auto newline = [&](int d) {
-        out += '\n';
-        out.append(static_cast<std::size_t>(indent * d), ' ');
-    };
-    switch (v.kind()) {
-        case json::kind::object: {
-            const auto& o = v.get_object();
-            if (o.empty()) {
-                out += "{}";
-                return;
-            }
-            out += '{';
-            bool first = true;
-            for (const auto& kv : o) {
-                if (!first) out += ',';
-                first = false;
-                if (indent > 0) newline(depth + 1);
-                out += json::serialize(kv.key());
-                out += indent > 0 ? ": " : ":";
-                append_json(out, kv.value(), indent, depth + 1);
-            }
-            if (indent > 0) newline(depth);
-            out += '}';
-            return;
-        }
-        case json::kind::array: {
-            const auto& a = v.get_array();
-            if (a.empty()) {
-                out += "[]";
-                return;
-            }
-            out += '[';
-            bool first = true;
-            for (const auto& x : a) {
-                if (!first) out += ',';
-                first = false;
-                if (indent > 0) newline(depth + 1);
-                append_json(out, x, indent, depth + 1);
-            }
-            if (indent > 0) newline(depth);
-            out += ']';
-            return;
-        }
-        case json::kind::double_:
-            append_double(out, v.get_double());
-            return;
-        default:
-            out += json::serialize(v);
-            return;
-    }
-}
 
 // Compact JSON of a value for an error message, cut to a readable length.
 std::string compact(const json::value& v) {
-    constexpr std::size_t max_len = 80;
-    std::string out;
-    append_json(out, v, 0, 0);
-    if (out.size() > max_len) {
-        std::size_t cut = max_len - 3;
-        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
-        out.resize(cut);
-        out += "...";
-    }
-    return out;
-}
-
-std::string pretty(const json::value& v) {
-    std::string out;
-    append_json(out, v, 2, 0);
-    out += '\n';
-    return out;
+    return config_file::compact(v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,16 +227,6 @@ std::string standard_message(const std::string& file, const std::string& key,
     m += ", found ";
     m += found;
     return m;
-}
-
-std::string errno_text(int err) {
-    return std::generic_category().message(err);
-}
-
-[[noreturn]] void throw_io(const std::string& label, std::string_view action, int err) {
-    const std::string text = errno_text(err);
-    throw settings_error(label, "", "a readable and writable file", text,
-                         label + ": cannot " + std::string(action) + ": " + text);
 }
 
 // The same error, its message ending in "(not overwritten)".
@@ -488,148 +397,15 @@ void deep_merge(json::object& into, const json::object& from) {
 // Files
 // ---------------------------------------------------------------------------------------------
 
-struct fd_guard {
-    int fd = -1;
-    ~fd_guard() {
-        if (fd >= 0) ::close(fd);
-    }
-    int release() noexcept { return std::exchange(fd, -1); }
-};
-
-// The file's bytes; nullopt if it does not exist.
-std::optional<std::string> read_file(const fs::path& p, const std::string& label) {
-    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (f.fd < 0) {
-        if (errno == ENOENT) return std::nullopt;
-        throw_io(label, "open it", errno);
-    }
-    std::string text;
-    char buf[8192];
-    for (;;) {
-        const ssize_t n = ::read(f.fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw_io(label, "read it", errno);
-        }
-        if (n == 0) break;
-        text.append(buf, static_cast<std::size_t>(n));
-    }
-    return text;
-}
-
-bool blank(std::string_view s) noexcept {
-    return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
-// Parses a settings file: a JSON object at the top level.
-json::object parse_file(std::string_view text, const std::string& label) {
-    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte order mark
-    if (blank(text))
-        throw settings_error(label, "", "a JSON object", "an empty file",
-                             label + ": empty file, expected a JSON object");
-    json::parser parser;
-    json::error_code ec;
-    const std::size_t offset = parser.write(text.data(), text.size(), ec);
-    if (ec) {
-        std::size_t line = 1, column = 1;
-        for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
-            const auto c = static_cast<unsigned char>(text[i]);
-            if (c == '\n') {
-                ++line;
-                column = 1;
-            } else if ((c & 0xC0) != 0x80) {  // count characters, not UTF-8 bytes
-                ++column;
-            }
-        }
-        const std::string what = ec.message();
-        settings_error e(label, "", "valid JSON", what,
-                         label + ":" + std::to_string(line) + ":" + std::to_string(column) +
-                             ": invalid JSON: " + what);
-        e.line = line;
-        e.column = column;
-        throw e;
-    }
-    json::value v = parser.release();
-    if (!v.is_object())
-        throw settings_error(label, "", "a JSON object at the top level", compact(v));
-    return std::move(v.get_object());
-}
-
 // Reads and validates one layer; a missing file gives an empty layer.
 void load_layer(const fs::path& p, json::object& data, std::vector<settings_warning>& warnings) {
     const std::string label = p.string();
     data = {};
     warnings.clear();
-    auto text = read_file(p, label);
+    auto text = config_file::read(p, label);
     if (!text) return;
-    data = parse_file(*text, label);
+    data = config_file::parse_object(*text, label);
     check_object(data, "", label, warnings);
-}
-
-std::atomic<unsigned> temp_counter{0};
-
-// Replaces `target` with `content`: a temporary file in the same directory, fsync, rename,
-// fsync of the directory. The temporary file is removed on failure.
-void write_atomically(const fs::path& path, const std::string& content, const std::string& label) {
-    fs::path target = path;
-    std::error_code fec;
-    if (fs::is_symlink(path, fec)) {  // write through a symlink, do not replace it
-        auto resolved = fs::canonical(path, fec);
-        if (!fec) target = std::move(resolved);
-    }
-    fs::path dir = target.parent_path();
-    if (dir.empty()) dir = ".";
-    fs::create_directories(dir, fec);
-    if (fec) {
-        throw settings_error(
-            label, "", "a writable directory", fec.message(),
-            label + ": cannot create directory " + dir.string() + ": " + fec.message());
-    }
-
-    struct stat old {};
-    const bool existed = ::stat(target.c_str(), &old) == 0;
-
-    fs::path temp;
-    fd_guard f;
-    for (int attempt = 0; f.fd < 0; ++attempt) {
-        // built with append: g++ 12 -O3 warns falsely (-Wrestrict) on "." + std::string
-        std::string name(1, '.');
-        name.append(target.filename().string())
-            .append(".tmp.")
-            .append(std::to_string(::getpid()))
-            .append(".")
-            .append(std::to_string(temp_counter.fetch_add(1)));
-        temp = dir / name;
-        f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (f.fd < 0 && (errno != EEXIST || attempt >= 100))
-            throw_io(label, "create " + temp.string(), errno);
-    }
-    struct temp_guard {
-        const fs::path& p;
-        bool armed = true;
-        ~temp_guard() {
-            if (armed) ::unlink(p.c_str());
-        }
-    } remove_temp{temp};
-
-    if (existed && ::fchmod(f.fd, old.st_mode & 07777) != 0) throw_io(label, "set mode", errno);
-    std::string_view rest = content;
-    while (!rest.empty()) {
-        const ssize_t n = ::write(f.fd, rest.data(), rest.size());
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw_io(label, "write " + temp.string(), errno);
-        }
-        rest.remove_prefix(static_cast<std::size_t>(n));
-    }
-    if (::fsync(f.fd) != 0) throw_io(label, "fsync " + temp.string(), errno);
-    if (::close(f.release()) != 0) throw_io(label, "close " + temp.string(), errno);
-    if (::rename(temp.c_str(), target.c_str()) != 0) throw_io(label, "replace it", errno);
-    remove_temp.armed = false;
-
-    fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (d.fd < 0) throw_io(label, "open directory " + dir.string(), errno);
-    if (::fsync(d.fd) != 0 && errno != EINVAL) throw_io(label, "fsync directory", errno);
 }
 
 }  // namespace
@@ -778,14 +554,14 @@ void settings_store::persist_global(std::string_view dotted_key, const json::val
     std::vector<settings_warning> warnings;
     try {
         // Re-read: the file may have changed since load. An empty file holds nothing to keep.
-        if (auto text = read_file(global_file_, label); text && !blank(*text))
-            root = parse_file(*text, label);
+        if (auto text = config_file::read(global_file_, label); text && !config_file::blank(*text))
+            root = config_file::parse_object(*text, label);
         set_path(root, dotted_key, v, label);
         check_object(root, "", label, warnings);
     } catch (const settings_error& err) {
         throw_not_overwritten(err);
     }
-    write_atomically(global_file_, pretty(json::value(root)), label);
+    config_file::write_atomically(global_file_, config_file::pretty(json::value(root)), label);
 
     global_.data = std::move(root);
     global_.warnings = std::move(warnings);

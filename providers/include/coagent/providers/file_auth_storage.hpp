@@ -13,6 +13,7 @@
 // coagent processes do not lose each other's blocks. Reads pick up changes made by others.
 
 #include <coagent/session/auth_storage.hpp>
+#include <coagent/session/settings_store.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -34,7 +35,8 @@ namespace coagent {
 class file_auth_storage final : public auth_storage {
 public:
     /// Reads `file` (missing: no credentials). Throws settings_error (file, key, expected,
-    /// found) for a file that cannot be read or has a wrong shape. `now_ms`: epoch ms,
+    /// found) for a file that cannot be read, is larger than 4 MiB, is empty or blank, is not
+    /// valid JSON (numbers beyond the double range included) or has a wrong shape. `now_ms`: epoch ms,
     /// injectable for tests. `logger`: where a file broken later (by another writer) is
     /// reported; the last good content is used meanwhile.
     explicit file_auth_storage(std::filesystem::path file, std::function<std::int64_t()> now_ms = {},
@@ -58,6 +60,10 @@ public:
 
     const std::filesystem::path& file() const noexcept { return file_; }
 
+    /// Unknown fields of the api_key credentials read by the constructor ("openai[1].note"),
+    /// each once, in file order: kept (also when the file is rewritten), not used.
+    const std::vector<settings_warning>& warnings() const noexcept { return warnings_; }
+
     static constexpr std::int64_t default_block_ms = 60'000;
 
 private:
@@ -77,6 +83,7 @@ private:
     table creds_;
     std::string stamp_;  // identity of the file content last read (inode, size, mtime)
     std::map<std::string, std::string, std::less<>> in_use_;  // provider '\n' session → key
+    std::vector<settings_warning> warnings_;
 };
 
 }  // namespace coagent

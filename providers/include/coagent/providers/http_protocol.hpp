@@ -63,6 +63,12 @@ struct error_details {
 /// bytes); an empty body gives "<status> status code (no body)".
 error_details http_error_text(int status, std::string_view body);
 
+/// The most bytes of text and tool-call arguments one streamed reply may carry: 16 MiB. The
+/// longest replies of today's models are about 128k output tokens (well under 1 MiB); the bound
+/// keeps a reply's session-file line (which may be about twice as long once re-serialised) under
+/// session_history's line limit (64 MiB).
+inline constexpr std::size_t default_max_reply_bytes = std::size_t{16} * 1024 * 1024;
+
 /// Decodes one streamed reply into an assistant message. Feed it the SSE events in order;
 /// it fills `out` (content, usage, stop reason, error) and reports progress to `observer`.
 class stream_decoder {
@@ -80,11 +86,26 @@ public:
 
     state status() const noexcept { return state_; }
 
+    /// The most text and tool-call argument bytes one reply may carry (default_max_reply_bytes);
+    /// beyond it the reply ends as the error "Reply too large: …" (not retryable).
+    void set_max_reply_bytes(std::size_t n) noexcept { max_reply_bytes_ = n; }
+    std::size_t max_reply_bytes() const noexcept { return max_reply_bytes_; }
+
 protected:
     void fail(message& out, std::string text, std::string type = {});
-    void finish_text_and_tools(message& out);
+    /// Parses the tool calls' arguments into their blocks. A number beyond the double range in
+    /// them fails the reply (returns false); arguments that are not a JSON object stay empty.
+    bool finish_text_and_tools(message& out);
+    /// The event's data as a JSON object (strict: numbers beyond a double refused), or nullptr
+    /// after failing the reply. Valid until the next call.
+    const json::object* parse_event(const sse_event& ev, message& out);
+    /// Counts `bytes` more text or argument bytes; false after failing the reply over the limit.
+    bool grow(message& out, std::size_t bytes);
 
     state state_ = state::streaming;
+    json::value event_;
+    std::size_t reply_bytes_ = 0;
+    std::size_t max_reply_bytes_ = default_max_reply_bytes;
     // tool calls in progress: content index → raw JSON arguments
     std::map<std::size_t, std::string> tool_args_;
 };

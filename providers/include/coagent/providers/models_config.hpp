@@ -55,12 +55,18 @@ public:
     static models_config builtins();
     /// The built-ins merged with `file` (a missing file adds nothing). A provider of the file
     /// with a built-in's name overrides the fields it gives; its models are added (same id:
-    /// replaced). Throws settings_error for a file that cannot be read or has a wrong value.
+    /// replaced). Throws settings_error for a file that cannot be read, is larger than 4 MiB,
+    /// is empty or blank, is not valid JSON (numbers beyond the double range included) or has a
+    /// wrong value. Unknown keys are kept (not used) and listed in warnings(); the keys of the
+    /// reference agent's models.json that coagent does not use (compat, cost, reasoning, input,
+    /// authHeader) are not warned about.
     static models_config load(const std::filesystem::path& file);
     /// The same from JSON text (`label` names it in errors).
     static models_config parse(std::string_view json_text, const std::string& label);
 
     const std::vector<provider_entry>& providers() const noexcept { return providers_; }
+    /// Unknown keys of the file ("providers.local.contextWindw"), each once, in file order.
+    const std::vector<settings_warning>& warnings() const noexcept { return warnings_; }
     const provider_entry* find(std::string_view provider) const noexcept;
 
     /// The model `model_id` of `provider` (empty id: the provider's first model) as the
@@ -81,6 +87,7 @@ public:
 
 private:
     std::vector<provider_entry> providers_;
+    std::vector<settings_warning> warnings_;
 };
 
 }  // namespace coagent

@@ -5,6 +5,7 @@
 
 #include <coagent/runtime/message.hpp>
 
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -14,6 +15,15 @@
 #include <vector>
 
 namespace coagent {
+
+/// Bounds on reading a session file. The defaults: 256 MiB a file (about 64 context windows of
+/// 1M tokens; the file is read whole and kept in memory), 64 MiB a line (one entry: the largest
+/// is a provider's reply, at most 16 MiB of text and tool-call arguments, about twice that once
+/// serialised, or an RPC prompt of at most 16 MiB).
+struct session_file_limits {
+    std::size_t max_file_bytes = std::size_t{256} * 1024 * 1024;
+    std::size_t max_line_bytes = std::size_t{64} * 1024 * 1024;
+};
 
 struct history_entry {
     std::string id;         // 8 hex digits
@@ -37,10 +47,14 @@ public:
 
     struct loaded;
     /// Loads a session file. A torn or unparsable last line is skipped with a warning (a
-    /// crash while writing); unknown entry types are kept with a warning. A file that is not
-    /// a session file (no valid header) throws std::runtime_error naming the file. Later
-    /// appends go to the same file.
-    static loaded load(const std::filesystem::path& file);
+    /// crash while writing); so is a line longer than limits.max_line_bytes or holding a
+    /// number beyond the double range; unknown entry types are kept with a warning. An empty
+    /// (or blank) file is an empty session (killed before its first entry): its id is taken
+    /// from the file name (<timestamp>_<id>.jsonl) and the header is written with the first
+    /// entry. A file that is not a session file (no valid header, or an empty "id"), that
+    /// cannot be read, or that is larger than limits.max_file_bytes throws std::runtime_error
+    /// naming the file. Later appends go to the same file.
+    static loaded load(const std::filesystem::path& file, const session_file_limits& limits = {});
 
     const std::string& session_id() const noexcept { return id_; }
     const std::optional<std::filesystem::path>& file() const noexcept { return file_; }
