@@ -107,7 +107,7 @@ constexpr bool known_bug_abort_retry_leaves_queue = false;  // fixed
 /// aborted, with the overflow's error text (chaos seeds 5894, 11066; `abort_.requested()` in
 /// result_of and compact_context). While open, the schedules accept an aborted result when
 /// abort_retry() was called during a compaction.
-constexpr bool known_bug_abort_retry_in_compaction = true;
+constexpr bool known_bug_abort_retry_in_compaction = false;  // fixed: the compaction fails, the prompt fails
 
 /// A followUp / steer prompt sent after abort() but before the aborted run settled (a tool still
 /// running, say) is queued after abort() cleared the queues; the run does not take queued
@@ -860,8 +860,8 @@ TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queue
     CHECK(h.session->pending_message_count() == 0);
 }
 
-TEST_CASE("known bug: abort_retry during the overflow compaction's retried summary request makes prompt() report aborted (seed 5894)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: abort_retry during the overflow compaction's retried summary request fails the compaction and the prompt, no abort (seed 5894)",
+          "[chaos][regression]") {
     settings cfg;
     cfg.compaction.keep_recent_tokens = 0;
     coagent::test::harness h(R"([{"text":"first answer"},
@@ -871,6 +871,7 @@ TEST_CASE("known bug: abort_retry during the overflow compaction's retried summa
     h.prompt("one");
     REQUIRE(h.done());
     h.result.reset();
+    const auto context_before = h.session->messages().size();
     h.prompt("two");  // overflow → compaction → the summary request fails with 503 → retried
     h.advance(std::chrono::milliseconds(2000));
     REQUIRE(h.session->is_compacting());
@@ -878,8 +879,19 @@ TEST_CASE("known bug: abort_retry during the overflow compaction's retried summa
     h.run_ready();
     REQUIRE(h.done());
     // abort_retry() cancels a retry: a failure, never an abort (as outside a compaction)
+    CHECK(h.of("auto_retry_end").back().at("finalError") == "Retry cancelled");
+    const auto end = h.of("compaction_end").back();
+    CHECK(end.at("aborted") == false);
+    CHECK(end.at("willRetry") == false);
+    CHECK(end.at("errorMessage") == "Compaction failed: Retry cancelled");
+    // the prompt fails with the overflow it could not recover from
     CHECK(h.result->outcome == prompt_result::status::failed);
-    CHECK(h.of("compaction_end").back().at("aborted") == false);
+    CHECK(h.result->error == "400 prompt is too long: 213462 tokens > 200000 maximum");
+    // nothing was compacted: the context is the one before, plus the prompt and its failed reply
+    CHECK(h.session->messages().size() == context_before + 2);
+    for (const auto& e : h.session->history().entries()) CHECK(e.type != "compaction");
+    CHECK(h.types().back() == "agent_settled");
+    CHECK(h.of("agent_settled").size() == 2);
 }
 
 TEST_CASE("known bug: a followUp sent after abort() but before the settle runs inside the next prompt (seed 29557)",

@@ -379,7 +379,10 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
         return r;
     }
     if (!last) return r;
-    if (last->stop == stop_reason::aborted || (abort_.requested() && is_failed_assistant(*last))) {
+    // abort() ended the run in a failed reply. (abort_.requested() alone is not enough:
+    // abort_retry() also aborts a retried attempt in flight, e.g. the overflow compaction's
+    // summary request; that is a failure.)
+    if (last->stop == stop_reason::aborted || (user_abort_ && is_failed_assistant(*last))) {
         r.outcome = prompt_result::status::aborted;
         r.error = last->error_message.value_or("Request was aborted");
     } else if (last->stop == stop_reason::error) {
@@ -397,6 +400,20 @@ std::string_view reason_text(compaction_reason r) {
         case compaction_reason::manual: return "manual";
     }
     return "manual";
+}
+
+// How a compaction that produced no summary ends. abort_ is requested by abort() (user_abort)
+// and by abort_retry() while a retried summary attempt streams: the latter cancels only the
+// retry of the summary request, so the compaction fails; it is not aborted (design.md
+// endings table), whatever the hook said.
+struct compaction_failure {
+    bool aborted = false;
+    std::string error;
+};
+compaction_failure compaction_failure_of(const compaction_outcome& o, bool abort_requested, bool user_abort) {
+    if (user_abort) return {true, o.ok || o.error_message.empty() ? "Compaction aborted" : o.error_message};
+    if (abort_requested) return {false, std::string("Compaction failed: ") + retry_cancelled_text};
+    return {o.aborted, o.error_message};
 }
 
 class null_observer final : public stream_observer {
@@ -435,8 +452,9 @@ asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, s
     compaction_outcome o = co_await compaction_->compact(std::move(req), abort_);
     compacting_ = false;
     if (!o.ok || abort_.requested()) {
-        e.aborted = o.aborted || abort_.requested();
-        e.error_message = o.ok ? std::string("Compaction aborted") : o.error_message;
+        compaction_failure f = compaction_failure_of(o, abort_.requested(), user_abort_);
+        e.aborted = f.aborted;
+        e.error_message = std::move(f.error);
         emit(std::move(e));
         co_return false;
     }
@@ -496,7 +514,10 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         machine_.begin_wait();
         const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
                                                     : co_await backoff_->wait(delay_to_duration(d.start->delay_ms));
-        if (!resume_after_wait(elapsed)) co_return reply;
+        if (!resume_after_wait(elapsed)) {
+            reply->error_message = retry_cancelled_text;  // the summary request's chain was cancelled
+            co_return reply;
+        }
     }
 }
 
@@ -507,11 +528,12 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
         co_return r;
     }
     busy_ = true;
+    user_abort_ = false;
     abort_.reset();
     machine_.begin_prompt();
     r.ok = co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
     busy_ = false;
-    if (!r.ok) r.error = abort_.requested() ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+    if (!r.ok) r.error = user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
     co_return r;
 }
 

@@ -190,7 +190,12 @@ public:
     /// Cancels a pending retry (its auto_retry_end says "Retry cancelled"), then aborts the
     /// stream in flight and drops queued messages. No effect when idle.
     void abort();
-    /// Cancels the retry backoff in progress (or the retried attempt in flight).
+    /// Cancels the retry backoff in progress (or the retried attempt in flight, which is
+    /// aborted too). Not an abort: the prompt completes with status failed ("Retry cancelled")
+    /// and its queued follow-ups still run. Inside a compaction (the summary request is retried
+    /// under the policy) it fails the compaction — compaction_end{aborted:false, errorMessage:
+    /// "Compaction failed: Retry cancelled"} — and an overflow's prompt then completes failed
+    /// with the overflow's error, as after any failed overflow recovery.
     void abort_retry();
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
