@@ -114,7 +114,7 @@ constexpr bool known_bug_abort_retry_in_compaction = false;  // fixed: the compa
 /// messages after an abort, so the prompt completes at the settle with the aborted run's result
 /// while its message stays queued and runs inside the next prompt (chaos seed 29557). While
 /// open, the schedules accept that for prompts queued after an abort() in the same busy period.
-constexpr bool known_bug_queued_after_abort = true;
+constexpr bool known_bug_queued_after_abort = false;  // fixed: such a message runs before the settle
 
 // ---- the schedule: everything a seed decides -------------------------------------------------
 
@@ -894,8 +894,8 @@ TEST_CASE("fixed bug: abort_retry during the overflow compaction's retried summa
     CHECK(h.of("agent_settled").size() == 2);
 }
 
-TEST_CASE("known bug: a followUp sent after abort() but before the settle runs inside the next prompt (seed 29557)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: a followUp sent after abort() but before the settle runs before the settle, not inside the next prompt (seed 29557)",
+          "[chaos][regression]") {
     coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
         {"text":"next answer"},{"text":"spare"}])");
     h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
@@ -910,21 +910,78 @@ TEST_CASE("known bug: a followUp sent after abort() but before the settle runs i
     h.session->abort();
     std::optional<prompt_result> late;
     h.prompt_into("late follow-up", streaming_behavior::follow_up, late);
+    CHECK(h.session->pending_message_count() == 1);
     h.advance(std::chrono::milliseconds(10));
     REQUIRE(h.done());
     REQUIRE(late);  // completed at the settle...
+    CHECK(h.session->pending_message_count() == 0);
+    // ... after its message ran, before that settle: the aborted run, then the follow-up's run
+    auto b = coagent::test::brief(h.events);
+    CHECK(std::count(b.begin(), b.end(), "agent_settled") == 1);
+    CHECK(b.back() == "agent_settled");
+    std::size_t late_at = 0, aborted_end_at = 0;
+    for (std::size_t i = 0; i < h.events.size(); ++i) {
+        const auto& e = h.events[i];
+        if (e.at("type") == "message_end" && e.at("message").at("role") == "user" &&
+            e.at("message").at("content").at(0).at("text") == "late follow-up")
+            late_at = i;
+        if (e.at("type") == "agent_end" && aborted_end_at == 0) aborted_end_at = i;
+    }
+    CHECK(aborted_end_at > 0);
+    CHECK(late_at > aborted_end_at);
+    // abort() ended the first prompt's run: it completes aborted; the follow-up has its own result
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(late->outcome == prompt_result::status::succeeded);
+    REQUIRE(late->last_assistant);
+    CHECK(text_of(*late->last_assistant) == "after the tool");
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[1].messages.back().text == "late follow-up");
+
     const auto settled_at = h.events.size();
     std::optional<prompt_result> next;
     h.prompt_into("next prompt", streaming_behavior::none, next);
     h.advance(std::chrono::milliseconds(5));
     REQUIRE(next);
-    // ... so its message must not run afterwards, inside another prompt
+    CHECK(next->outcome == prompt_result::status::succeeded);
+    // the late follow-up's message does not run again inside the next prompt
     int ghost = 0;
     for (std::size_t i = settled_at; i < h.events.size(); ++i)
         if (h.events[i].at("type") == "message_end" && h.events[i].at("message").at("role") == "user" &&
             h.events[i].at("message").at("content").at(0).at("text") == "late follow-up")
             ++ghost;
     CHECK(ghost == 0);
+}
+
+TEST_CASE("abort() drops the follow-ups queued before it; one queued after it still runs before the settle",
+          "[chaos][regression]") {
+    coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},{"text":"spare"}])");
+    h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
+                             [](json::object) -> asio::awaitable<tool_output> {
+                                 manual_timer t(co_await asio::this_coro::executor);
+                                 t.expires_after(std::chrono::milliseconds(10));
+                                 co_await t.async_wait(asio::use_awaitable);
+                                 co_return tool_output{"slow done", false};
+                             });
+    h.prompt("first");
+    std::optional<prompt_result> before, steered_after;
+    h.prompt_into("queued before the abort", streaming_behavior::follow_up, before);
+    h.session->abort();
+    h.prompt_into("steered after the abort", streaming_behavior::steer, steered_after);
+    h.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.done());
+    REQUIRE(before);
+    REQUIRE(steered_after);
+    CHECK(before->outcome == prompt_result::status::aborted);  // dropped by abort()
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(steered_after->outcome == prompt_result::status::succeeded);
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[1].messages.back().text == "steered after the abort");
+    for (const auto& r : reqs)
+        for (const auto& m : r.messages) CHECK(m.text != "queued before the abort");
+    CHECK(h.of("agent_settled").size() == 1);
+    CHECK(h.session->pending_message_count() == 0);
 }
 
 TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",

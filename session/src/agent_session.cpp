@@ -197,8 +197,17 @@ void agent_session::abort() {
     user_abort_ = true;
     if (machine_.abort()) backoff_->cancel();  // the retry is cancelled first (spec §5)
     abort_.request();                          // then the stream in flight
-    steer_queue_.clear();
-    follow_up_queue_.clear();
+    // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
+    // before it (a message queued after this call, while the aborted run winds down, still runs)
+    prompt_result dropped;
+    dropped.outcome = prompt_result::status::aborted;
+    dropped.error = "Aborted before it ran";
+    for (auto* q : {&steer_queue_, &follow_up_queue_}) {
+        for (const auto& m : *q)
+            for (auto& w : waiters_)
+                if (w.id == m.id) *w.result = dropped;
+        q->clear();
+    }
 }
 
 // ---- the prompt -------------------------------------------------------------------------
@@ -241,6 +250,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
     bool overflow_recovered = false;
     bool retry_cancelled = false;
+    std::optional<prompt_result> own_result;  // abort() ended this prompt's run, then more ran
     for (;;) {
         message_ptr last;
         {
@@ -267,9 +277,21 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
                 if (co_await compact_context(step.reason, {}, resume) && resume) continue;
             }
         }
-        // queued follow-ups (and steering messages no turn picked up) run before settling
-        // (abort() dropped them; abort_retry() cancels only the retry, so they still run)
-        if (!user_abort_ && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
+        // queued follow-ups (and steering messages no turn picked up) run before settling.
+        // abort() dropped those queued before it, so after an abort() these were queued while
+        // the aborted run wound down: they run too, and the aborted prompt still completes
+        // aborted. abort_retry() cancels only the retry.
+        if (!follow_up_queue_.empty() || !steer_queue_.empty()) {
+            if (user_abort_) {
+                prompt_result aborted = result_of(last, retry_cancelled);
+                if (running_id_ == id) {
+                    own_result = std::move(aborted);
+                } else {
+                    for (auto& w : waiters_)
+                        if (w.id == running_id_) *w.result = aborted;
+                }
+                user_abort_ = false;  // the next run is not aborted
+            }
             if (!follow_up_queue_.empty()) {
                 pending = std::move(follow_up_queue_.front().msg);
                 running_id_ = follow_up_queue_.front().id;
@@ -288,7 +310,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     for (auto& w : waiters_) w.timer->cancel();  // wakes the prompts queued while busy
     waiters_.clear();
     emit(agent_settled_event{});
-    co_return last_result_;
+    co_return own_result ? std::move(*own_result) : last_result_;
 }
 
 asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior,
@@ -304,7 +326,8 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
     // a latch: the timer never fires; settle (or cancelling this prompt) cancels it
     asio::steady_timer latch(executor_, asio::steady_timer::time_point::max());
     bool cancelled = false;
-    waiters_.push_back({id, &latch, &cancelled});
+    std::optional<prompt_result> own_result;  // abort() ended this follow-up's run, then more ran
+    waiters_.push_back({id, &latch, &cancelled, &own_result});
     boost::system::error_code ec;
     co_await latch.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     std::erase_if(waiters_, [&](const waiter& w) { return w.timer == &latch; });
@@ -313,7 +336,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         r.error = "Cancelled before it ran";
         co_return r;
     }
-    co_return last_result_;
+    co_return own_result ? std::move(*own_result) : last_result_;
 }
 
 asio::awaitable<bool> agent_session::post_continue() {
@@ -379,10 +402,11 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
         return r;
     }
     if (!last) return r;
-    // abort() ended the run in a failed reply. (abort_.requested() alone is not enough:
-    // abort_retry() also aborts a retried attempt in flight, e.g. the overflow compaction's
-    // summary request; that is a failure.)
-    if (last->stop == stop_reason::aborted || (user_abort_ && is_failed_assistant(*last))) {
+    // abort() ended the run: in a failed reply, or between a tool call and the next turn.
+    // (abort_.requested() alone is not enough: abort_retry() also aborts a retried attempt in
+    // flight, e.g. the overflow compaction's summary request; that is a failure.)
+    const bool cut_short = is_failed_assistant(*last) || last->stop == stop_reason::tool_use;
+    if (last->stop == stop_reason::aborted || (user_abort_ && cut_short)) {
         r.outcome = prompt_result::status::aborted;
         r.error = last->error_message.value_or("Request was aborted");
     } else if (last->stop == stop_reason::error) {
