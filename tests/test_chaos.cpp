@@ -15,7 +15,9 @@
 //    that was queued completes right at an agent_settled, or at once as "Cancelled before it
 //    ran" after a cancellation, and then its message never runs; only a prompt without a
 //    streaming behaviour is refused, and a refused one never runs; agent_settled events and
-//    busy periods are one to one; an aborted prompt saw an abort() or a cancellation;
+//    busy periods are one to one; an aborted prompt saw an abort() or a cancellation; a queued
+//    message that never ran was dropped by an abort() or a cancellation, and its prompt
+//    completed aborted;
 //  - every auto_retry_start chain ends with exactly one auto_retry_end (an end without a start
 //    only with attempt 0), attempts count 1..n without gaps, agent_end{willRetry:true} is
 //    followed by auto_retry_start, a successful end follows a successful message_end;
@@ -666,6 +668,13 @@ std::vector<std::string> chaos_run::run(stats& st) {
             if (p.period && res.outcome == status::aborted && aborts_called_ == p.aborts_at_call && !any_cancel_ &&
                 !known_abort_retry)
                 violation(who + " aborted although nothing aborted or cancelled it");
+            // a queued message that never ran was dropped: only by abort() (or by cancelling the
+            // running prompt), and its prompt says so
+            if (!p.period && !p.ran_at) {
+                if (res.outcome != status::aborted) violation(who + " never ran, but did not complete aborted");
+                if (aborts_called_ == p.aborts_at_call && !any_cancel_)
+                    violation(who + " never ran, although nothing aborted or cancelled");
+            }
         }
         if (static_cast<std::size_t>(settled_) != periods_.size() - (in_period_ ? 1 : 0))
             violation(std::to_string(settled_) + " agent_settled for " + std::to_string(periods_.size()) + " busy periods");
