@@ -109,14 +109,14 @@ constexpr bool known_bug_abort_retry_leaves_queue = false;  // fixed
 /// aborted, with the overflow's error text (chaos seeds 5894, 11066; `abort_.requested()` in
 /// result_of and compact_context). While open, the schedules accept an aborted result when
 /// abort_retry() was called during a compaction.
-constexpr bool known_bug_abort_retry_in_compaction = false;  // fixed: the compaction fails, the prompt fails
+constexpr bool known_bug_abort_retry_in_compaction = false;  // fixed: the compaction fails
 
 /// A followUp / steer prompt sent after abort() but before the aborted run settled (a tool still
 /// running, say) is queued after abort() cleared the queues; the run does not take queued
 /// messages after an abort, so the prompt completes at the settle with the aborted run's result
 /// while its message stays queued and runs inside the next prompt (chaos seed 29557). While
 /// open, the schedules accept that for prompts queued after an abort() in the same busy period.
-constexpr bool known_bug_queued_after_abort = false;  // fixed: such a message runs before the settle
+constexpr bool known_bug_queued_after_abort = false;  // fixed: it runs before the settle
 
 // ---- the schedule: everything a seed decides -------------------------------------------------
 
@@ -671,7 +671,8 @@ std::vector<std::string> chaos_run::run(stats& st) {
             // a queued message that never ran was dropped: only by abort() (or by cancelling the
             // running prompt), and its prompt says so
             if (!p.period && !p.ran_at) {
-                if (res.outcome != status::aborted) violation(who + " never ran, but did not complete aborted");
+                if (res.outcome != status::aborted)
+                    violation(who + " never ran, but did not complete aborted");
                 if (aborts_called_ == p.aborts_at_call && !any_cancel_)
                     violation(who + " never ran, although nothing aborted or cancelled");
             }

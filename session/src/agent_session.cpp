@@ -434,8 +434,10 @@ struct compaction_failure {
     bool aborted = false;
     std::string error;
 };
-compaction_failure compaction_failure_of(const compaction_outcome& o, bool abort_requested, bool user_abort) {
-    if (user_abort) return {true, o.ok || o.error_message.empty() ? "Compaction aborted" : o.error_message};
+compaction_failure compaction_failure_of(const compaction_outcome& o, bool abort_requested,
+                                         bool user_abort) {
+    if (user_abort)
+        return {true, o.ok || o.error_message.empty() ? "Compaction aborted" : o.error_message};
     if (abort_requested) return {false, std::string("Compaction failed: ") + retry_cancelled_text};
     return {o.aborted, o.error_message};
 }
@@ -539,7 +541,8 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
                                                     : co_await backoff_->wait(delay_to_duration(d.start->delay_ms));
         if (!resume_after_wait(elapsed)) {
-            reply->error_message = retry_cancelled_text;  // the summary request's chain was cancelled
+            // the summary request's chain was cancelled: that is why it failed
+            reply->error_message = retry_cancelled_text;
             co_return reply;
         }
     }
@@ -557,7 +560,8 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
     machine_.begin_prompt();
     r.ok = co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
     busy_ = false;
-    if (!r.ok) r.error = user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+    if (!r.ok)
+        r.error = user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
     co_return r;
 }
 
