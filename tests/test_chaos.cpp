@@ -15,7 +15,9 @@
 //    that was queued completes right at an agent_settled, or at once as "Cancelled before it
 //    ran" after a cancellation, and then its message never runs; only a prompt without a
 //    streaming behaviour is refused, and a refused one never runs; agent_settled events and
-//    busy periods are one to one; an aborted prompt saw an abort() or a cancellation;
+//    busy periods are one to one; an aborted prompt saw an abort() or a cancellation; a queued
+//    message that never ran was dropped by an abort() or a cancellation, and its prompt
+//    completed aborted;
 //  - every auto_retry_start chain ends with exactly one auto_retry_end (an end without a start
 //    only with attempt 0), attempts count 1..n without gaps, agent_end{willRetry:true} is
 //    followed by auto_retry_start, a successful end follows a successful message_end;
@@ -107,14 +109,14 @@ constexpr bool known_bug_abort_retry_leaves_queue = false;  // fixed
 /// aborted, with the overflow's error text (chaos seeds 5894, 11066; `abort_.requested()` in
 /// result_of and compact_context). While open, the schedules accept an aborted result when
 /// abort_retry() was called during a compaction.
-constexpr bool known_bug_abort_retry_in_compaction = true;
+constexpr bool known_bug_abort_retry_in_compaction = false;  // fixed: the compaction fails
 
 /// A followUp / steer prompt sent after abort() but before the aborted run settled (a tool still
 /// running, say) is queued after abort() cleared the queues; the run does not take queued
 /// messages after an abort, so the prompt completes at the settle with the aborted run's result
 /// while its message stays queued and runs inside the next prompt (chaos seed 29557). While
 /// open, the schedules accept that for prompts queued after an abort() in the same busy period.
-constexpr bool known_bug_queued_after_abort = true;
+constexpr bool known_bug_queued_after_abort = false;  // fixed: it runs before the settle
 
 // ---- the schedule: everything a seed decides -------------------------------------------------
 
@@ -666,6 +668,14 @@ std::vector<std::string> chaos_run::run(stats& st) {
             if (p.period && res.outcome == status::aborted && aborts_called_ == p.aborts_at_call && !any_cancel_ &&
                 !known_abort_retry)
                 violation(who + " aborted although nothing aborted or cancelled it");
+            // a queued message that never ran was dropped: only by abort() (or by cancelling the
+            // running prompt), and its prompt says so
+            if (!p.period && !p.ran_at) {
+                if (res.outcome != status::aborted)
+                    violation(who + " never ran, but did not complete aborted");
+                if (aborts_called_ == p.aborts_at_call && !any_cancel_)
+                    violation(who + " never ran, although nothing aborted or cancelled");
+            }
         }
         if (static_cast<std::size_t>(settled_) != periods_.size() - (in_period_ ? 1 : 0))
             violation(std::to_string(settled_) + " agent_settled for " + std::to_string(periods_.size()) + " busy periods");
@@ -860,8 +870,8 @@ TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queue
     CHECK(h.session->pending_message_count() == 0);
 }
 
-TEST_CASE("known bug: abort_retry during the overflow compaction's retried summary request makes prompt() report aborted (seed 5894)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: abort_retry during the overflow compaction's retried summary request fails the compaction and the prompt, no abort (seed 5894)",
+          "[chaos][regression]") {
     settings cfg;
     cfg.compaction.keep_recent_tokens = 0;
     coagent::test::harness h(R"([{"text":"first answer"},
@@ -871,6 +881,7 @@ TEST_CASE("known bug: abort_retry during the overflow compaction's retried summa
     h.prompt("one");
     REQUIRE(h.done());
     h.result.reset();
+    const auto context_before = h.session->messages().size();
     h.prompt("two");  // overflow → compaction → the summary request fails with 503 → retried
     h.advance(std::chrono::milliseconds(2000));
     REQUIRE(h.session->is_compacting());
@@ -878,12 +889,23 @@ TEST_CASE("known bug: abort_retry during the overflow compaction's retried summa
     h.run_ready();
     REQUIRE(h.done());
     // abort_retry() cancels a retry: a failure, never an abort (as outside a compaction)
+    CHECK(h.of("auto_retry_end").back().at("finalError") == "Retry cancelled");
+    const auto end = h.of("compaction_end").back();
+    CHECK(end.at("aborted") == false);
+    CHECK(end.at("willRetry") == false);
+    CHECK(end.at("errorMessage") == "Compaction failed: Retry cancelled");
+    // the prompt fails with the overflow it could not recover from
     CHECK(h.result->outcome == prompt_result::status::failed);
-    CHECK(h.of("compaction_end").back().at("aborted") == false);
+    CHECK(h.result->error == "400 prompt is too long: 213462 tokens > 200000 maximum");
+    // nothing was compacted: the context is the one before, plus the prompt and its failed reply
+    CHECK(h.session->messages().size() == context_before + 2);
+    for (const auto& e : h.session->history().entries()) CHECK(e.type != "compaction");
+    CHECK(h.types().back() == "agent_settled");
+    CHECK(h.of("agent_settled").size() == 2);
 }
 
-TEST_CASE("known bug: a followUp sent after abort() but before the settle runs inside the next prompt (seed 29557)",
-          "[chaos][regression][!shouldfail]") {
+TEST_CASE("fixed bug: a followUp sent after abort() but before the settle runs before the settle, not inside the next prompt (seed 29557)",
+          "[chaos][regression]") {
     coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
         {"text":"next answer"},{"text":"spare"}])");
     h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
@@ -898,21 +920,78 @@ TEST_CASE("known bug: a followUp sent after abort() but before the settle runs i
     h.session->abort();
     std::optional<prompt_result> late;
     h.prompt_into("late follow-up", streaming_behavior::follow_up, late);
+    CHECK(h.session->pending_message_count() == 1);
     h.advance(std::chrono::milliseconds(10));
     REQUIRE(h.done());
     REQUIRE(late);  // completed at the settle...
+    CHECK(h.session->pending_message_count() == 0);
+    // ... after its message ran, before that settle: the aborted run, then the follow-up's run
+    auto b = coagent::test::brief(h.events);
+    CHECK(std::count(b.begin(), b.end(), "agent_settled") == 1);
+    CHECK(b.back() == "agent_settled");
+    std::size_t late_at = 0, aborted_end_at = 0;
+    for (std::size_t i = 0; i < h.events.size(); ++i) {
+        const auto& e = h.events[i];
+        if (e.at("type") == "message_end" && e.at("message").at("role") == "user" &&
+            e.at("message").at("content").at(0).at("text") == "late follow-up")
+            late_at = i;
+        if (e.at("type") == "agent_end" && aborted_end_at == 0) aborted_end_at = i;
+    }
+    CHECK(aborted_end_at > 0);
+    CHECK(late_at > aborted_end_at);
+    // abort() ended the first prompt's run: it completes aborted; the follow-up has its own result
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(late->outcome == prompt_result::status::succeeded);
+    REQUIRE(late->last_assistant);
+    CHECK(text_of(*late->last_assistant) == "after the tool");
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[1].messages.back().text == "late follow-up");
+
     const auto settled_at = h.events.size();
     std::optional<prompt_result> next;
     h.prompt_into("next prompt", streaming_behavior::none, next);
     h.advance(std::chrono::milliseconds(5));
     REQUIRE(next);
-    // ... so its message must not run afterwards, inside another prompt
+    CHECK(next->outcome == prompt_result::status::succeeded);
+    // the late follow-up's message does not run again inside the next prompt
     int ghost = 0;
     for (std::size_t i = settled_at; i < h.events.size(); ++i)
         if (h.events[i].at("type") == "message_end" && h.events[i].at("message").at("role") == "user" &&
             h.events[i].at("message").at("content").at(0).at("text") == "late follow-up")
             ++ghost;
     CHECK(ghost == 0);
+}
+
+TEST_CASE("abort() drops the follow-ups queued before it; one queued after it still runs before the settle",
+          "[chaos][regression]") {
+    coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},{"text":"spare"}])");
+    h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
+                             [](json::object) -> asio::awaitable<tool_output> {
+                                 manual_timer t(co_await asio::this_coro::executor);
+                                 t.expires_after(std::chrono::milliseconds(10));
+                                 co_await t.async_wait(asio::use_awaitable);
+                                 co_return tool_output{"slow done", false};
+                             });
+    h.prompt("first");
+    std::optional<prompt_result> before, steered_after;
+    h.prompt_into("queued before the abort", streaming_behavior::follow_up, before);
+    h.session->abort();
+    h.prompt_into("steered after the abort", streaming_behavior::steer, steered_after);
+    h.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.done());
+    REQUIRE(before);
+    REQUIRE(steered_after);
+    CHECK(before->outcome == prompt_result::status::aborted);  // dropped by abort()
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(steered_after->outcome == prompt_result::status::succeeded);
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[1].messages.back().text == "steered after the abort");
+    for (const auto& r : reqs)
+        for (const auto& m : r.messages) CHECK(m.text != "queued before the abort");
+    CHECK(h.of("agent_settled").size() == 1);
+    CHECK(h.session->pending_message_count() == 0);
 }
 
 TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",

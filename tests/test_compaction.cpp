@@ -218,6 +218,25 @@ TEST_CASE("a retryable error during the summary request follows the retry policy
     CHECK(h.requests().size() == 4);
 }
 
+TEST_CASE("abort_retry during the summary request's backoff fails the compaction, not an abort", "[compaction][retry]") {
+    harness h(R"([{"error":"400 prompt is too long","status":400},{"error":"503 overloaded","status":503},{"text":"SUM"}])",
+              keep(0));
+    h.prompt("hi");
+    REQUIRE(h.session->is_compacting());
+    REQUIRE(h.of("auto_retry_start").size() == 1);
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.of("auto_retry_end").at(0).at("finalError") == "Retry cancelled");
+    auto end = h.of("compaction_end");
+    REQUIRE(end.size() == 1);
+    CHECK(end[0].at("aborted") == false);
+    CHECK(end[0].at("errorMessage") == "Compaction failed: Retry cancelled");
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.result->error == "400 prompt is too long");
+    CHECK(h.requests().size() == 2);
+}
+
 TEST_CASE("manual compaction: only while idle, with custom instructions", "[compaction][manual]") {
     harness h(R"([{"text":"first answer"},{"text":"SUM"}])", keep(0));
     h.prompt("first question");

@@ -267,8 +267,17 @@ void agent_session::abort() {
     user_abort_ = true;
     if (machine_.abort()) backoff_->cancel();  // the retry is cancelled first (spec §5)
     abort_.request();                          // then the stream in flight
-    steer_queue_.clear();
-    follow_up_queue_.clear();
+    // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
+    // before it (a message queued after this call, while the aborted run winds down, still runs)
+    prompt_result dropped;
+    dropped.outcome = prompt_result::status::aborted;
+    dropped.error = "Aborted before it ran";
+    for (auto* q : {&steer_queue_, &follow_up_queue_}) {
+        for (const auto& m : *q)
+            for (auto& w : waiters_)
+                if (w.id == m.id) *w.result = dropped;
+        q->clear();
+    }
 }
 
 // ---- the prompt -------------------------------------------------------------------------
@@ -311,6 +320,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
     bool overflow_recovered = false;
     bool retry_cancelled = false;
+    std::optional<prompt_result> own_result;  // abort() ended this prompt's run, then more ran
     for (;;) {
         message_ptr last;
         {
@@ -337,9 +347,21 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
                 if (co_await compact_context(step.reason, {}, resume) && resume) continue;
             }
         }
-        // queued follow-ups (and steering messages no turn picked up) run before settling
-        // (abort() dropped them; abort_retry() cancels only the retry, so they still run)
-        if (!user_abort_ && (!follow_up_queue_.empty() || !steer_queue_.empty())) {
+        // queued follow-ups (and steering messages no turn picked up) run before settling.
+        // abort() dropped those queued before it, so after an abort() these were queued while
+        // the aborted run wound down: they run too, and the aborted prompt still completes
+        // aborted. abort_retry() cancels only the retry.
+        if (!follow_up_queue_.empty() || !steer_queue_.empty()) {
+            if (user_abort_) {
+                prompt_result aborted = result_of(last, retry_cancelled);
+                if (running_id_ == id) {
+                    own_result = std::move(aborted);
+                } else {
+                    for (auto& w : waiters_)
+                        if (w.id == running_id_) *w.result = aborted;
+                }
+                user_abort_ = false;  // the next run is not aborted
+            }
             if (!follow_up_queue_.empty()) {
                 pending = std::move(follow_up_queue_.front().msg);
                 running_id_ = follow_up_queue_.front().id;
@@ -358,7 +380,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     for (auto& w : waiters_) w.timer->cancel();  // wakes the prompts queued while busy
     waiters_.clear();
     emit(agent_settled_event{});
-    co_return last_result_;
+    co_return own_result ? std::move(*own_result) : last_result_;
 }
 
 asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior,
@@ -374,7 +396,8 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
     // a latch: the timer never fires; settle (or cancelling this prompt) cancels it
     asio::steady_timer latch(executor_, asio::steady_timer::time_point::max());
     bool cancelled = false;
-    waiters_.push_back({id, &latch, &cancelled});
+    std::optional<prompt_result> own_result;  // abort() ended this follow-up's run, then more ran
+    waiters_.push_back({id, &latch, &cancelled, &own_result});
     boost::system::error_code ec;
     co_await latch.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     std::erase_if(waiters_, [&](const waiter& w) { return w.timer == &latch; });
@@ -383,7 +406,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         r.error = "Cancelled before it ran";
         co_return r;
     }
-    co_return last_result_;
+    co_return own_result ? std::move(*own_result) : last_result_;
 }
 
 asio::awaitable<bool> agent_session::post_continue() {
@@ -449,7 +472,11 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
         return r;
     }
     if (!last) return r;
-    if (last->stop == stop_reason::aborted || (abort_.requested() && is_failed_assistant(*last))) {
+    // abort() ended the run: in a failed reply, or between a tool call and the next turn.
+    // (abort_.requested() alone is not enough: abort_retry() also aborts a retried attempt in
+    // flight, e.g. the overflow compaction's summary request; that is a failure.)
+    const bool cut_short = is_failed_assistant(*last) || last->stop == stop_reason::tool_use;
+    if (last->stop == stop_reason::aborted || (user_abort_ && cut_short)) {
         r.outcome = prompt_result::status::aborted;
         r.error = last->error_message.value_or("Request was aborted");
     } else if (last->stop == stop_reason::error) {
@@ -467,6 +494,22 @@ std::string_view reason_text(compaction_reason r) {
         case compaction_reason::manual: return "manual";
     }
     return "manual";
+}
+
+// How a compaction that produced no summary ends. abort_ is requested by abort() (user_abort)
+// and by abort_retry() while a retried summary attempt streams: the latter cancels only the
+// retry of the summary request, so the compaction fails; it is not aborted (design.md
+// endings table), whatever the hook said.
+struct compaction_failure {
+    bool aborted = false;
+    std::string error;
+};
+compaction_failure compaction_failure_of(const compaction_outcome& o, bool abort_requested,
+                                         bool user_abort) {
+    if (user_abort)
+        return {true, o.ok || o.error_message.empty() ? "Compaction aborted" : o.error_message};
+    if (abort_requested) return {false, std::string("Compaction failed: ") + retry_cancelled_text};
+    return {o.aborted, o.error_message};
 }
 
 class null_observer final : public stream_observer {
@@ -505,8 +548,9 @@ asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, s
     compaction_outcome o = co_await compaction_->compact(std::move(req), abort_);
     compacting_ = false;
     if (!o.ok || abort_.requested()) {
-        e.aborted = o.aborted || abort_.requested();
-        e.error_message = o.ok ? std::string("Compaction aborted") : o.error_message;
+        compaction_failure f = compaction_failure_of(o, abort_.requested(), user_abort_);
+        e.aborted = f.aborted;
+        e.error_message = std::move(f.error);
         emit(std::move(e));
         co_return false;
     }
@@ -572,7 +616,11 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         machine_.begin_wait();
         const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
                                                     : co_await backoff_->wait(delay_to_duration(d.start->delay_ms));
-        if (!resume_after_wait(elapsed)) co_return reply;
+        if (!resume_after_wait(elapsed)) {
+            // the summary request's chain was cancelled: that is why it failed
+            reply->error_message = retry_cancelled_text;
+            co_return reply;
+        }
     }
 }
 
@@ -583,11 +631,13 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
         co_return r;
     }
     busy_ = true;
+    user_abort_ = false;
     abort_.reset();
     machine_.begin_prompt();
     r.ok = co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
     busy_ = false;
-    if (!r.ok) r.error = abort_.requested() ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+    if (!r.ok)
+        r.error = user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
     co_return r;
 }
 

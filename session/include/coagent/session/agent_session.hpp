@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,9 +192,20 @@ public:
     }
 
     /// Cancels a pending retry (its auto_retry_end says "Retry cancelled"), then aborts the
-    /// stream in flight and drops queued messages. No effect when idle.
+    /// stream in flight and drops queued messages: their prompts complete with status aborted
+    /// ("Aborted before it ran") at the settle. The running prompt completes with status
+    /// aborted. No effect when idle.
+    /// A steer / follow_up prompt sent after abort() while the aborted run still winds down
+    /// (a tool still running, say) is not dropped: it runs like any follow-up, after the
+    /// aborted run and before the settle, and completes with its own run's result — nothing
+    /// is lost and nothing runs inside a later prompt. To drop it, cancel that prompt.
     void abort();
-    /// Cancels the retry backoff in progress (or the retried attempt in flight).
+    /// Cancels the retry backoff in progress (or the retried attempt in flight, which is
+    /// aborted too). Not an abort: the prompt completes with status failed ("Retry cancelled")
+    /// and its queued follow-ups still run. Inside a compaction (the summary request is retried
+    /// under the policy) it fails the compaction — compaction_end{aborted:false, errorMessage:
+    /// "Compaction failed: Retry cancelled"} — and an overflow's prompt then completes failed
+    /// with the overflow's error, as after any failed overflow recovery.
     void abort_retry();
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
@@ -317,6 +329,7 @@ private:
         std::uint64_t id;
         boost::asio::steady_timer* timer;
         bool* cancelled;
+        std::optional<prompt_result>* result;  // set when abort() ended its run and more ran after
     };
     std::vector<waiter> waiters_;
     std::uint64_t next_prompt_id_ = 1;
@@ -336,7 +349,7 @@ private:
     std::vector<std::pair<std::string, tool_function>> tools_;
 
     std::optional<std::string> name_;
-    bool user_abort_ = false;  // abort() was called during this prompt (not abort_retry())
+    bool user_abort_ = false;  // abort() was called during this run (not abort_retry())
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
