@@ -155,6 +155,26 @@ void schema_or_empty(std::string& out, const json::object& o) {
     jt::append_value(out, o);
 }
 
+// ,"tools":[<open>"name":…,"description":…,"<schema_key>":…<close>,…] (nothing without tools)
+void append_tools(std::string& out, const std::vector<tool_definition>& tools, std::string_view open,
+                  std::string_view schema_key, std::string_view close) {
+    if (tools.empty()) return;
+    out += ",\"tools\":[";
+    for (std::size_t i = 0; i < tools.size(); ++i) {
+        if (i) out.push_back(',');
+        out += open;
+        out += "\"name\":";
+        jt::append_string(out, tools[i].name);
+        out += ",\"description\":";
+        jt::append_string(out, tools[i].description);
+        out.push_back(',');
+        jt::append_key(out, schema_key);
+        schema_or_empty(out, tools[i].parameters);
+        out += close;
+    }
+    out.push_back(']');
+}
+
 std::size_t body_size_hint(const provider_request& req) {
     std::size_t n = 256 + req.system_prompt.size();
     for (const auto& m : req.messages) {
@@ -223,21 +243,7 @@ std::string openai_body(const provider_request& req) {
         }
     }
     out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
-    if (!req.tools.empty()) {
-        out += ",\"tools\":[";
-        for (std::size_t i = 0; i < req.tools.size(); ++i) {
-            const auto& t = req.tools[i];
-            if (i) out.push_back(',');
-            out += "{\"type\":\"function\",\"function\":{\"name\":";
-            jt::append_string(out, t.name);
-            out += ",\"description\":";
-            jt::append_string(out, t.description);
-            out += ",\"parameters\":";
-            schema_or_empty(out, t.parameters);
-            out += "}}";
-        }
-        out.push_back(']');
-    }
+    append_tools(out, req.tools, R"({"type":"function","function":{)", "parameters", "}}");
     out.push_back('}');
     return out;
 }
@@ -322,21 +328,7 @@ std::string anthropic_body(const provider_request& req) {
     }
     flush_results();
     out += "],\"stream\":true";
-    if (!req.tools.empty()) {
-        out += ",\"tools\":[";
-        for (std::size_t i = 0; i < req.tools.size(); ++i) {
-            const auto& t = req.tools[i];
-            if (i) out.push_back(',');
-            out += "{\"name\":";
-            jt::append_string(out, t.name);
-            out += ",\"description\":";
-            jt::append_string(out, t.description);
-            out += ",\"input_schema\":";
-            schema_or_empty(out, t.parameters);
-            out.push_back('}');
-        }
-        out.push_back(']');
-    }
+    append_tools(out, req.tools, "{", "input_schema", "}");
     out.push_back('}');
     return out;
 }
