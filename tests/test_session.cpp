@@ -665,3 +665,61 @@ TEST_CASE("cancelling a queued follow-up drops only its message", "[session][emb
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(h.requests().size() == 3);  // no follow-up request
 }
+
+TEST_CASE("event and message text: what Boost.JSON writes for the same values, in the reference's key order", "[events]") {
+    auto a = std::make_shared<message>();
+    a->role = message_role::assistant;
+    a->content.emplace_back(text_block{"q\"uote \\ \n\t\x01 é"});
+    json::object args;
+    args["x"] = 1.5;
+    args["s"] = "v";
+    a->content.emplace_back(tool_call_block{"id1", "tool", args});
+    a->api = "faux";
+    a->provider = "faux";
+    a->model = "faux";
+    a->usage = token_usage{3, 4, 0, 0, 7, token_cost{0.5, 1e-7, 0, 2, 1e300}};
+    a->stop = stop_reason::error;
+    a->error_message = "503 x";
+    a->error_status = 503;
+    a->error_type = "overloaded";
+    a->should_retry = false;
+    a->timestamp = 1700000000000;
+    auto tr = std::make_shared<message>(make_tool_result("id1", "tool", "out", true));
+    auto u = std::make_shared<message>(make_user_message("hi"));
+    const std::vector<event> events = {
+        agent_start_event{},
+        message_update_event{a, "del\"ta"},
+        message_end_event{u},
+        tool_execution_start_event{"id1", "tool", args},
+        tool_execution_end_event{"id1", "tool", json::value("r"), true},
+        turn_end_event{a, {tr}},
+        agent_end_event{{u, a, tr}, true},
+        auto_retry_start_event{1, 3, 2000, "503 x"},
+        auto_retry_end_event{false, 3, std::string("Retry cancelled")},
+        auto_retry_end_event{true, 1, std::nullopt},
+        compaction_end_event{"overflow", json::value(json::object{{"summary", "s"}}), false, true, std::nullopt},
+        retry_fallback_applied_event{"a/m1", "b/m2", "default"},
+        retry_fallback_succeeded_event{"b/m2", "default"},
+        agent_settled_event{},
+    };
+    for (const auto& e : events) {
+        std::string text;
+        append_json(text, e);
+        INFO(text);
+        CHECK(json::serialize(json::parse(text)) == text);
+    }
+    std::string text;
+    append_json(text, *a);
+    CHECK(text ==
+          R"({"role":"assistant","content":[{"type":"text","text":"q\"uote \\ \n\t\u0001 é"},)"
+          R"({"type":"toolCall","id":"id1","name":"tool","arguments":{"x":1.5E0,"s":"v"}}],)"
+          R"("api":"faux","provider":"faux","model":"faux","usage":{"input":3,"output":4,"cacheRead":0,)"
+          R"("cacheWrite":0,"totalTokens":7,"cost":{"input":5E-1,"output":1E-7,"cacheRead":0,"cacheWrite":2,)"
+          R"("total":1E300}},"stopReason":"error","errorMessage":"503 x","errorStatus":503,)"
+          R"("errorType":"overloaded","shouldRetry":false,"timestamp":1700000000000})");
+    text.clear();
+    append_json(text, *tr);
+    CHECK(text ==
+          R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
+          std::to_string(tr->timestamp) + "}");
+}

@@ -37,7 +37,8 @@ int run_print_mode(app_context& app) {
     bool retry_failure_shown = false;
     auto sub = session->subscribe([&](const event& e) {
         if (json_mode) {
-            std::string line = boost::json::serialize(to_json(e));
+            std::string line;
+            append_json(line, e);
             line.push_back('\n');
             std::fwrite(line.data(), 1, line.size(), stdout);
             std::fflush(stdout);

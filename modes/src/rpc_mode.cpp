@@ -106,7 +106,7 @@ class rpc_server {
             if (const auto* end = std::get_if<compaction_end_event>(&e);
                 end && end->reason == "manual")
                 last_manual_compaction_ = *end;  // the compact command's result
-            write_line(rpc::to_line(to_json(e)));
+            write_event(e);
         });
     }
 
@@ -456,6 +456,14 @@ class rpc_server {
     }
 
     // ---- output -------------------------------------------------------------------------
+
+    /// An event line, written as text straight into the pending output (no DOM, no copy).
+    void write_event(const event& e) {
+        if (out_broken_) return;
+        append_json(out_pending_, e);
+        out_pending_.push_back('\n');
+        if (!writing_) start_write();
+    }
 
     void write_line(std::string line) {
         if (out_broken_) return;

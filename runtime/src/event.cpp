@@ -1,4 +1,7 @@
 #include <coagent/runtime/event.hpp>
+#include <coagent/runtime/json_text.hpp>
+
+#include <boost/json/parse.hpp>
 
 namespace coagent {
 
@@ -11,7 +14,6 @@ struct overloaded : Fs... {
 template <class... Fs>
 overloaded(Fs...) -> overloaded<Fs...>;
 
-json::value msg_json(const message_ptr& m) { return m ? json::value(to_json(*m)) : json::value(nullptr); }
 
 }  // namespace
 
@@ -39,81 +41,133 @@ std::string_view event_type(const event& e) noexcept {
         e);
 }
 
-json::object to_json(const event& e) {
-    json::object o;
-    o["type"] = event_type(e);
+namespace {
+namespace jt = json_text;
+
+void append_message(std::string& out, const message_ptr& m) {
+    if (m)
+        append_json(out, *m);
+    else
+        out += "null";
+}
+
+void append_messages(std::string& out, const std::vector<message_ptr>& ms) {
+    out.push_back('[');
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+        if (i) out.push_back(',');
+        append_message(out, ms[i]);
+    }
+    out.push_back(']');
+}
+
+// ,"key":"text"
+void field(std::string& out, std::string_view key, std::string_view text) {
+    out.push_back(',');
+    jt::append_key(out, key);
+    jt::append_string(out, text);
+}
+void field(std::string& out, std::string_view key, bool v) {
+    out.push_back(',');
+    jt::append_key(out, key);
+    jt::append_bool(out, v);
+}
+void field(std::string& out, std::string_view key, std::int64_t v) {
+    out.push_back(',');
+    jt::append_key(out, key);
+    jt::append_int(out, v);
+}
+void field_message(std::string& out, std::string_view key, const message_ptr& m) {
+    out.push_back(',');
+    jt::append_key(out, key);
+    append_message(out, m);
+}
+void field_json(std::string& out, std::string_view key, const json::value& v) {
+    out.push_back(',');
+    jt::append_key(out, key);
+    jt::append_value(out, v);
+}
+}  // namespace
+
+void append_json(std::string& out, const event& e) {
+    out += R"({"type":")";
+    out += event_type(e);
+    out.push_back('"');
     std::visit(overloaded{
                    [](const agent_start_event&) {},
                    [](const turn_start_event&) {},
-                   [&](const message_start_event& x) { o["message"] = msg_json(x.message); },
+                   [&](const message_start_event& x) { field_message(out, "message", x.message); },
                    [&](const message_update_event& x) {
-                       o["message"] = msg_json(x.message);
-                       json::object d;
-                       d["type"] = "text_delta";
-                       d["delta"] = x.delta;
-                       o["assistantMessageEvent"] = std::move(d);
+                       field_message(out, "message", x.message);
+                       out += R"(,"assistantMessageEvent":{"type":"text_delta","delta":)";
+                       jt::append_string(out, x.delta);
+                       out.push_back('}');
                    },
-                   [&](const message_end_event& x) { o["message"] = msg_json(x.message); },
+                   [&](const message_end_event& x) { field_message(out, "message", x.message); },
                    [&](const tool_execution_start_event& x) {
-                       o["toolCallId"] = x.tool_call_id;
-                       o["toolName"] = x.tool_name;
-                       o["args"] = x.args;
+                       field(out, "toolCallId", x.tool_call_id);
+                       field(out, "toolName", x.tool_name);
+                       out += R"(,"args":)";
+                       jt::append_value(out, x.args);
                    },
                    [&](const tool_execution_end_event& x) {
-                       o["toolCallId"] = x.tool_call_id;
-                       o["toolName"] = x.tool_name;
-                       o["result"] = x.result;
-                       o["isError"] = x.is_error;
+                       field(out, "toolCallId", x.tool_call_id);
+                       field(out, "toolName", x.tool_name);
+                       field_json(out, "result", x.result);
+                       field(out, "isError", x.is_error);
                    },
                    [&](const turn_end_event& x) {
-                       o["message"] = msg_json(x.message);
-                       json::array tr;
-                       for (const auto& m : x.tool_results) tr.push_back(msg_json(m));
-                       o["toolResults"] = std::move(tr);
+                       field_message(out, "message", x.message);
+                       out += R"(,"toolResults":)";
+                       append_messages(out, x.tool_results);
                    },
                    [&](const agent_end_event& x) {
-                       json::array ms;
-                       for (const auto& m : x.messages) ms.push_back(msg_json(m));
-                       o["messages"] = std::move(ms);
-                       o["willRetry"] = x.will_retry;
+                       out += R"(,"messages":)";
+                       append_messages(out, x.messages);
+                       field(out, "willRetry", x.will_retry);
                    },
                    [&](const auto_retry_start_event& x) {
-                       o["attempt"] = x.attempt;
-                       o["maxAttempts"] = x.max_attempts;
-                       o["delayMs"] = x.delay_ms;
-                       o["errorMessage"] = x.error_message;
+                       field(out, "attempt", std::int64_t{x.attempt});
+                       field(out, "maxAttempts", std::int64_t{x.max_attempts});
+                       field(out, "delayMs", x.delay_ms);
+                       field(out, "errorMessage", x.error_message);
                    },
                    [&](const auto_retry_end_event& x) {
-                       o["success"] = x.success;
-                       o["attempt"] = x.attempt;
-                       if (x.final_error) o["finalError"] = *x.final_error;
+                       field(out, "success", x.success);
+                       field(out, "attempt", std::int64_t{x.attempt});
+                       if (x.final_error) field(out, "finalError", *x.final_error);
                    },
-                   [&](const compaction_start_event& x) { o["reason"] = x.reason; },
+                   [&](const compaction_start_event& x) { field(out, "reason", x.reason); },
                    [&](const compaction_end_event& x) {
-                       o["reason"] = x.reason;
-                       if (x.result) o["result"] = *x.result;
-                       o["aborted"] = x.aborted;
-                       o["willRetry"] = x.will_retry;
-                       if (x.error_message) o["errorMessage"] = *x.error_message;
+                       field(out, "reason", x.reason);
+                       if (x.result) field_json(out, "result", *x.result);
+                       field(out, "aborted", x.aborted);
+                       field(out, "willRetry", x.will_retry);
+                       if (x.error_message) field(out, "errorMessage", *x.error_message);
                    },
                    [&](const extension_error_event& x) {
-                       o["extensionPath"] = x.extension_path;
-                       o["event"] = x.event;
-                       o["error"] = x.error;
+                       field(out, "extensionPath", x.extension_path);
+                       field(out, "event", x.event);
+                       field(out, "error", x.error);
                    },
                    [&](const retry_fallback_applied_event& x) {
-                       o["from"] = x.from;
-                       o["to"] = x.to;
-                       o["role"] = x.role;
+                       field(out, "from", x.from);
+                       field(out, "to", x.to);
+                       field(out, "role", x.role);
                    },
                    [&](const retry_fallback_succeeded_event& x) {
-                       o["model"] = x.model;
-                       o["role"] = x.role;
+                       field(out, "model", x.model);
+                       field(out, "role", x.role);
                    },
                    [](const agent_settled_event&) {},
                },
                e);
-    return o;
+    out.push_back('}');
+}
+
+json::object to_json(const event& e) {
+    std::string text;
+    append_json(text, e);
+    return json::parse(text).as_object();
 }
 
 }  // namespace coagent

@@ -1,5 +1,8 @@
 #include <coagent/runtime/json_input.hpp>
+#include <coagent/runtime/json_text.hpp>
 #include <coagent/runtime/message.hpp>
+
+#include <boost/json/parse.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -88,54 +91,132 @@ std::vector<const tool_call_block*> tool_calls_of(const message& m) {
 }
 
 namespace {
+namespace jt = json_text;
+
 // whole numbers as integers (JSON readers see 0, not 0E0); never a non-finite number (it would
 // be written as `Infinity`): null instead, which reads back as 0
-json::value number(double d) {
-    if (!std::isfinite(d)) return nullptr;
-    if (d > -9e15 && d < 9e15 && d == static_cast<double>(static_cast<std::int64_t>(d)))
-        return static_cast<std::int64_t>(d);
-    return d;
+void append_number(std::string& out, double d) {
+    if (!std::isfinite(d)) {
+        out += "null";
+    } else if (d > -9e15 && d < 9e15 && d == static_cast<double>(static_cast<std::int64_t>(d))) {
+        jt::append_int(out, static_cast<std::int64_t>(d));
+    } else {
+        jt::append_value(out, json::value(d));
+    }
 }
+
+void append_content(std::string& out, const std::vector<content_block>& content) {
+    out.push_back('[');
+    for (std::size_t i = 0; i < content.size(); ++i) {
+        if (i) out.push_back(',');
+        if (const auto* t = std::get_if<text_block>(&content[i])) {
+            out += R"({"type":"text","text":)";
+            jt::append_string(out, t->text);
+        } else {
+            const auto& c = std::get<tool_call_block>(content[i]);
+            out += R"({"type":"toolCall","id":)";
+            jt::append_string(out, c.id);
+            out += R"(,"name":)";
+            jt::append_string(out, c.name);
+            out += R"(,"arguments":)";
+            jt::append_value(out, c.arguments);
+        }
+        out.push_back('}');
+    }
+    out.push_back(']');
+}
+
+json::object parsed_object(const std::string& text) { return json::parse(text).as_object(); }
 }  // namespace
 
-json::object to_json(const token_usage& u) {
-    json::object cost;
-    cost["input"] = number(u.cost.input);
-    cost["output"] = number(u.cost.output);
-    cost["cacheRead"] = number(u.cost.cache_read);
-    cost["cacheWrite"] = number(u.cost.cache_write);
-    cost["total"] = number(u.cost.total);
-    json::object o;
-    o["input"] = u.input;
-    o["output"] = u.output;
-    o["cacheRead"] = u.cache_read;
-    o["cacheWrite"] = u.cache_write;
-    o["totalTokens"] = u.total_tokens;
-    o["cost"] = std::move(cost);
-    return o;
+void append_json(std::string& out, const token_usage& u) {
+    out += R"({"input":)";
+    jt::append_int(out, u.input);
+    out += R"(,"output":)";
+    jt::append_int(out, u.output);
+    out += R"(,"cacheRead":)";
+    jt::append_int(out, u.cache_read);
+    out += R"(,"cacheWrite":)";
+    jt::append_int(out, u.cache_write);
+    out += R"(,"totalTokens":)";
+    jt::append_int(out, u.total_tokens);
+    out += R"(,"cost":{"input":)";
+    append_number(out, u.cost.input);
+    out += R"(,"output":)";
+    append_number(out, u.cost.output);
+    out += R"(,"cacheRead":)";
+    append_number(out, u.cost.cache_read);
+    out += R"(,"cacheWrite":)";
+    append_number(out, u.cost.cache_write);
+    out += R"(,"total":)";
+    append_number(out, u.cost.total);
+    out += "}}";
 }
+
+void append_json(std::string& out, const message& m) {
+    out += R"({"role":")";
+    out += to_string(m.role);
+    out += R"(","content":)";
+    append_content(out, m.content);
+    switch (m.role) {
+        case message_role::user: break;
+        case message_role::assistant:
+            out += R"(,"api":)";
+            jt::append_string(out, m.api);
+            out += R"(,"provider":)";
+            jt::append_string(out, m.provider);
+            out += R"(,"model":)";
+            jt::append_string(out, m.model);
+            out += R"(,"usage":)";
+            append_json(out, m.usage);
+            out += R"(,"stopReason":")";
+            out += to_string(m.stop);
+            out.push_back('"');
+            if (m.error_message) {
+                out += R"(,"errorMessage":)";
+                jt::append_string(out, *m.error_message);
+            }
+            if (m.error_status) {
+                out += R"(,"errorStatus":)";
+                jt::append_int(out, *m.error_status);
+            }
+            if (!m.error_type.empty()) {
+                out += R"(,"errorType":)";
+                jt::append_string(out, m.error_type);
+            }
+            if (m.should_retry) {
+                out += R"(,"shouldRetry":)";
+                jt::append_bool(out, *m.should_retry);
+            }
+            break;
+        case message_role::tool_result:
+            out += R"(,"toolCallId":)";
+            jt::append_string(out, m.tool_call_id);
+            out += R"(,"toolName":)";
+            jt::append_string(out, m.tool_name);
+            out += R"(,"isError":)";
+            jt::append_bool(out, m.is_error);
+            break;
+    }
+    out += R"(,"timestamp":)";
+    jt::append_int(out, m.timestamp);
+    out.push_back('}');
+}
+
+json::object to_json(const token_usage& u) {
+    std::string text;
+    append_json(text, u);
+    return parsed_object(text);
+}
+
+json::object to_json(const message& m) {
+    std::string text;
+    append_json(text, m);
+    return parsed_object(text);
+}
+
 
 namespace {
-
-json::array content_to_json(const std::vector<content_block>& content) {
-    json::array arr;
-    arr.reserve(content.size());
-    for (const auto& b : content) {
-        json::object o;
-        if (const auto* t = std::get_if<text_block>(&b)) {
-            o["type"] = "text";
-            o["text"] = t->text;
-        } else {
-            const auto& c = std::get<tool_call_block>(b);
-            o["type"] = "toolCall";
-            o["id"] = c.id;
-            o["name"] = c.name;
-            o["arguments"] = c.arguments;
-        }
-        arr.emplace_back(std::move(o));
-    }
-    return arr;
-}
 
 [[noreturn]] void bad_field(std::string_view field, std::string_view expected) {
     throw std::invalid_argument("message field \"" + std::string(field) + "\": expected " +
@@ -198,32 +279,6 @@ std::vector<content_block> content_from_json(const json::value& v) {
 
 }  // namespace
 
-json::object to_json(const message& m) {
-    json::object o;
-    o["role"] = to_string(m.role);
-    o["content"] = content_to_json(m.content);
-    switch (m.role) {
-        case message_role::user: break;
-        case message_role::assistant:
-            o["api"] = m.api;
-            o["provider"] = m.provider;
-            o["model"] = m.model;
-            o["usage"] = to_json(m.usage);
-            o["stopReason"] = to_string(m.stop);
-            if (m.error_message) o["errorMessage"] = *m.error_message;
-            if (m.error_status) o["errorStatus"] = *m.error_status;
-            if (!m.error_type.empty()) o["errorType"] = m.error_type;
-            if (m.should_retry) o["shouldRetry"] = *m.should_retry;
-            break;
-        case message_role::tool_result:
-            o["toolCallId"] = m.tool_call_id;
-            o["toolName"] = m.tool_name;
-            o["isError"] = m.is_error;
-            break;
-    }
-    o["timestamp"] = m.timestamp;
-    return o;
-}
 
 message message_from_json(const json::value& v) {
     if (!v.is_object()) throw std::invalid_argument("message: expected a JSON object");

@@ -97,7 +97,9 @@ using event = std::variant<agent_start_event, turn_start_event, message_start_ev
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;
 
-/// The event as the JSON object RPC mode writes (`type` first).
+/// The event as the JSON text RPC mode writes (`type` first), appended to `out` without a DOM.
+void append_json(std::string& out, const event& e);
+/// The same as a JSON object.
 json::object to_json(const event& e);
 
 }  // namespace coagent

@@ -92,6 +92,10 @@ bool is_failed_assistant(const message& m) noexcept;
 /// The tool calls of an assistant message, in order.
 std::vector<const tool_call_block*> tool_calls_of(const message& m);
 
+/// The message in the reference agent's JSON shape, written straight into `out` (the hot path:
+/// events, session lines). to_json() is the same as a DOM.
+void append_json(std::string& out, const message& m);
+void append_json(std::string& out, const token_usage& u);
 json::object to_json(const message& m);
 json::object to_json(const token_usage& u);
 /// Parses a message in the reference agent's JSON shape. Throws std::invalid_argument with a
