@@ -331,10 +331,12 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
             next_step step = finish_run(std::move(out), overflow_recovered);
             if (step.wait) {
                 machine_.begin_wait();
-                // awaited directly (no wrapper frame): a parked session stays small
+                // awaited directly as a deferred operation: no wrapper frame, not even use_awaitable's
+                // initiation frame (which would sit in a recycled block of a freed, larger frame)
                 const bool elapsed = step.delay_ms <= 0
                                          ? co_await post_continue()
-                                         : !std::get<0>(co_await backoff_->async_wait(delay_to_duration(step.delay_ms)));
+                                         : !std::get<0>(co_await backoff_->async_wait(delay_to_duration(step.delay_ms),
+                                                                                        asio::as_tuple(asio::deferred)));
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
             } else if (step.retry_cancelled) {

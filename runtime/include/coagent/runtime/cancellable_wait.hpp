@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <tuple>
+#include <variant>
 
 namespace coagent {
 
@@ -24,10 +26,30 @@ namespace asio = boost::asio;
 
 enum class clock_kind { steady, manual };
 
-/// One cancellable wait at a time.
+/// One cancellable wait at a time, on a timer of the clock chosen at construction.
 class cancellable_wait {
 public:
-    virtual ~cancellable_wait() = default;
+    cancellable_wait(asio::any_io_executor ex, clock_kind k) : timer_(make_timer(std::move(ex), k)) {}
+
+    /// The timer wait itself (d > 0) for any completion token; signature
+    /// void(boost::system::error_code), operation_aborted on cancel(). Callers that keep many
+    /// parked waits await `async_wait(d, as_tuple(deferred))` directly: unlike use_awaitable,
+    /// that creates no coroutine frame. cancel() is the only cancellation honoured (the wait
+    /// is bound to this object's own slot; a slot bound to the token is not used).
+    template <typename CompletionToken>
+    auto async_wait(std::chrono::nanoseconds d, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler, std::chrono::nanoseconds dur) {
+                std::visit(
+                    [&](auto& t) {
+                        using timer = std::decay_t<decltype(t)>;
+                        t.expires_after(std::chrono::duration_cast<typename timer::duration>(dur));
+                        t.async_wait(asio::bind_cancellation_slot(signal_.slot(), std::move(handler)));
+                    },
+                    timer_);
+            },
+            token, d);
+    }
 
     /// Completes with true when `d` elapsed, false when cancel() (or terminal cancellation of
     /// the awaiting coroutine) ended it first. Runs on the executor given at construction; the
@@ -39,45 +61,31 @@ public:
             co_await asio::post(executor(), asio::use_awaitable);
             co_return true;
         }
-        auto [ec] = co_await async_wait(d);
+        auto [ec] = co_await async_wait(d, asio::as_tuple(asio::deferred));
         co_return !ec;
     }
 
-    /// The timer wait itself (d > 0), without a coroutine frame of its own: callers that keep
-    /// many parked waits await this directly. Completes with operation_aborted on cancel().
-    virtual asio::awaitable<std::tuple<boost::system::error_code>> async_wait(std::chrono::nanoseconds d) = 0;
-
     /// Cancels the wait in progress, if any. No effect when nothing waits.
-    virtual void cancel() noexcept = 0;
+    void cancel() noexcept { signal_.emit(asio::cancellation_type::terminal); }
 
-    virtual asio::any_io_executor executor() = 0;
-};
-
-template <typename Timer>
-class basic_cancellable_wait final : public cancellable_wait {
-public:
-    explicit basic_cancellable_wait(asio::any_io_executor ex) : timer_(std::move(ex)) {}
-
-    asio::awaitable<std::tuple<boost::system::error_code>> async_wait(std::chrono::nanoseconds d) override {
-        timer_.expires_after(std::chrono::duration_cast<typename Timer::duration>(d));
-        return timer_.async_wait(
-            asio::bind_cancellation_slot(signal_.slot(), asio::as_tuple(asio::use_awaitable)));
+    asio::any_io_executor executor() {
+        return std::visit([](auto& t) { return asio::any_io_executor(t.get_executor()); }, timer_);
     }
 
-    void cancel() noexcept override { signal_.emit(asio::cancellation_type::terminal); }
-
-    asio::any_io_executor executor() override { return timer_.get_executor(); }
-
 private:
-    Timer timer_;
+    using timer_variant = std::variant<asio::steady_timer, manual_timer>;
+    static timer_variant make_timer(asio::any_io_executor ex, clock_kind k) {
+        if (k == clock_kind::manual) return timer_variant(std::in_place_type<manual_timer>, std::move(ex));
+        return timer_variant(std::in_place_type<asio::steady_timer>, std::move(ex));
+    }
+
+    timer_variant timer_;
     asio::cancellation_signal signal_;
 };
 
 inline std::unique_ptr<cancellable_wait> make_cancellable_wait(asio::any_io_executor ex,
                                                                clock_kind k) {
-    if (k == clock_kind::manual)
-        return std::make_unique<basic_cancellable_wait<manual_timer>>(std::move(ex));
-    return std::make_unique<basic_cancellable_wait<asio::steady_timer>>(std::move(ex));
+    return std::make_unique<cancellable_wait>(std::move(ex), k);
 }
 
 }  // namespace coagent
