@@ -158,9 +158,10 @@ public:
         return asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
             [this](auto handler, std::string t, streaming_behavior b) {
                 const std::uint64_t id = next_prompt_id_++;
-                auto pending = std::make_shared<bool>(true);
                 auto slot = asio::get_associated_cancellation_slot(handler);
+                std::shared_ptr<bool> pending;  // only a connected slot needs it
                 if (slot.is_connected()) {
+                    pending = std::make_shared<bool>(true);
                     slot.assign([this, pending, id](asio::cancellation_type type) {
                         if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
                             asio::cancellation_type::none)
@@ -170,18 +171,12 @@ public:
                         });
                     });
                 }
-                auto ex = asio::get_associated_executor(handler, executor_);
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
-                auto done = [slot, pending, h = std::move(handler)](std::exception_ptr e,
-                                                                    prompt_result r) mutable {
-                    *pending = false;
-                    if (slot.is_connected()) slot.clear();
-                    std::move(h)(std::move(e), std::move(r));
-                };
+                using completion = prompt_completion<decltype(handler)>;
                 asio::co_spawn(executor_, run_prompt(std::move(t), b, id),
                                asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                                            asio::bind_executor(ex, std::move(done))));
+                                                            completion{std::move(handler), slot, std::move(pending), this}));
             },
             token, std::move(text), behavior);
     }
@@ -264,6 +259,25 @@ public:
 
 private:
     friend class subscription;
+    // async_prompt's completion handler: it reports through the handler's associated executor
+    // (default: the session's), computed when asked rather than stored in co_spawn's frame
+    template <typename Handler>
+    struct prompt_completion {
+        Handler h;
+        boost::asio::cancellation_slot slot;
+        std::shared_ptr<bool> pending;
+        agent_session* session;
+
+        using executor_type = boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
+        executor_type get_executor() const noexcept {
+            return boost::asio::get_associated_executor(h, session->executor_);
+        }
+        void operator()(std::exception_ptr e, prompt_result r) {
+            if (pending) *pending = false;
+            if (slot.is_connected()) slot.clear();
+            std::move(h)(std::move(e), std::move(r));
+        }
+    };
     struct run_outcome;
     class observer;
 
