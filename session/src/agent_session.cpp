@@ -82,15 +82,18 @@ agent_session::agent_session(session_options o)
       provider_(std::move(o.model_provider)),
       config_(o.config),
       clock_(o.clock),
-      auth_(std::move(o.auth)),
-      catalog_(std::move(o.models)),
       compaction_(o.compaction ? std::move(o.compaction) : default_summarizer()),
-      logger_(o.logger ? std::move(o.logger) : default_logger()),
-      now_ms_(o.now_ms ? std::move(o.now_ms) : std::function<std::int64_t()>(wall_clock_ms)),
-      system_prompt_(std::move(o.system_prompt)) {
+      logger_(o.logger ? std::move(o.logger) : default_logger()) {
     if (!executor_) throw std::invalid_argument("agent_session: no executor");
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
     backoff_ = make_cancellable_wait(executor_, clock_);
+    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty()) {
+        auto& r = rare();
+        r.auth = std::move(o.auth);
+        r.catalog = std::move(o.models);
+        r.now_ms = std::move(o.now_ms);
+        r.system_prompt = std::move(o.system_prompt);
+    }
     if (o.resume_file) {
         auto loaded = session_history::load(*o.resume_file);
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
@@ -98,7 +101,7 @@ agent_session::agent_session(session_options o)
         messages_ = history_.context();
         for (const auto& e : history_.entries())
             if (e.type == "session_info")
-                if (const auto* n = e.raw.if_contains("name"); n && n->is_string()) name_ = std::string(n->get_string());
+                if (const auto* n = e.raw.if_contains("name"); n && n->is_string()) rare().name = std::string(n->get_string());
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -128,8 +131,8 @@ void agent_session::unsubscribe(std::uint64_t id) noexcept {
 
 void agent_session::emit(event e) {
     ++dispatch_depth_;
-    if (!extensions_.empty())
-        extensions_.emit(e, [this](extension_error_event err) {
+    if (rare_ && !rare_->extensions.empty())
+        rare_->extensions.emit(e, [this](extension_error_event err) {
             event ev{std::move(err)};
             for (std::size_t i = 0; i < listeners_.size(); ++i)
                 if (listeners_[i].fn) listeners_[i].fn(ev);
@@ -146,7 +149,7 @@ void agent_session::emit(event e) {
 std::error_code agent_session::set_session_name(std::string name) {
     json::object fields;
     fields["name"] = name;
-    name_ = std::move(name);
+    rare().name = std::move(name);
     return history_.append_entry("session_info", std::move(fields));
 }
 
@@ -157,11 +160,12 @@ void agent_session::set_model(std::shared_ptr<provider> p) {
 }
 
 std::string agent_session::set_model(std::string_view provider_name, std::string_view model_id) {
-    if (!catalog_)
+    model_catalog* const catalog = catalog_ptr();
+    if (!catalog)
         return "Model not found: " + std::string(provider_name) + "/" + std::string(model_id) +
                " (this session has no model catalog)";
     std::string error;
-    auto p = catalog_->resolve(provider_name, model_id, error);
+    auto p = catalog->resolve(provider_name, model_id, error);
     if (!p) return error.empty() ? "Model not found: " + std::string(provider_name) + "/" + std::string(model_id) : error;
     set_model(std::move(p));
     return {};
@@ -181,22 +185,23 @@ void agent_session::switch_provider(std::shared_ptr<provider> p, bool temporary)
 std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit(agent_end_decision& d,
                                                                                 const std::string& provider_name) {
     if (!d.usage_limit) return std::nullopt;
-    const auto auth = auth_ ? auth_ : provider_->credentials();
+    const auto auth = rare_ && rare_->auth ? rare_->auth : provider_->credentials();
     if (auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), d.retry_hint_ms)) {
         machine_.usage_switch_succeeded(d);
         return std::nullopt;
     }
     // model fallback, only while the chain goes on and a catalog can name the models
-    if (!d.start || !catalog_ || !config_.retry.fallback) return std::nullopt;
+    model_catalog* const catalog = catalog_ptr();
+    if (!d.start || !catalog || !config_.retry.fallback) return std::nullopt;
     if (!fallback_) fallback_ = std::make_unique<model_fallback>();
     std::shared_ptr<provider> next;
     const auto usable = [&](std::string_view selector) {
         const auto slash = selector.find('/');
         std::string error;
-        next = catalog_->resolve(selector.substr(0, slash), selector.substr(slash + 1), error);
+        next = catalog->resolve(selector.substr(0, slash), selector.substr(slash + 1), error);
         return next != nullptr;
     };
-    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), d.retry_hint_ms, now_ms_(),
+    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), d.retry_hint_ms, now_ms(),
                                              config_.retry, usable);
     if (!applied) return std::nullopt;
     switch_provider(std::move(next), true);
@@ -205,12 +210,13 @@ std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit
 }
 
 void agent_session::restore_fallback_primary() {
-    if (!fallback_ || !fallback_->active() || !catalog_) return;
-    const auto primary = fallback_->primary_to_restore(now_ms_(), config_.retry);
+    model_catalog* const catalog = catalog_ptr();
+    if (!fallback_ || !fallback_->active() || !catalog) return;
+    const auto primary = fallback_->primary_to_restore(now_ms(), config_.retry);
     if (!primary) return;
     const auto slash = primary->find('/');
     std::string error;
-    auto p = catalog_->resolve(std::string_view(*primary).substr(0, slash),
+    auto p = catalog->resolve(std::string_view(*primary).substr(0, slash),
                                std::string_view(*primary).substr(slash + 1), error);
     if (!p) {
         logger_->warn("model fallback: cannot switch back to {}: {}", *primary, error);
@@ -220,8 +226,9 @@ void agent_session::restore_fallback_primary() {
 }
 
 void agent_session::register_tool(tool_definition def, tool_function fn) {
-    tools_.emplace_back(def.name, std::move(fn));
-    tool_defs_.push_back(std::move(def));
+    auto& r = rare();
+    r.tools.emplace_back(def.name, std::move(fn));
+    r.tool_defs.push_back(std::move(def));
 }
 
 // ---- context ----------------------------------------------------------------------------
@@ -243,11 +250,11 @@ void agent_session::drop_trailing_failed_assistant() {
 provider_request agent_session::build_request() const {
     provider_request r;
     r.model = provider_->model();
-    r.system_prompt = system_prompt_;
+    if (rare_) r.system_prompt = rare_->system_prompt;
     r.messages.reserve(messages_.size());
     for (const auto& m : messages_)
         if (!is_failed_assistant(*m)) r.messages.push_back(m);
-    r.tools = tool_defs_;
+    if (rare_) r.tools = rare_->tool_defs;
     r.session_id = history_.session_id();
     return r;
 }
@@ -419,7 +426,7 @@ asio::awaitable<bool> agent_session::post_continue() {
 agent_session::next_step agent_session::finish_run(run_outcome out, bool overflow_recovered) {
     const message* last = out.last_assistant.get();
     classification c;
-    if (last) c = classify(*last, provider_->model(), now_ms_());
+    if (last) c = classify(*last, provider_->model(), now_ms());
     agent_end_decision d = machine_.on_agent_end(last, c, config_.retry);
     const auto fallback = switch_on_usage_limit(d, last ? last->provider : std::string());
     if (!d.will_retry && fallback_) fallback_->chain_over();
@@ -607,7 +614,7 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
                 if (auto f = fallback_->on_success(model_selector(model))) emit(*f);
             emit(*e);
         }
-        const classification c = classify(*reply, model, now_ms_());
+        const classification c = classify(*reply, model, now_ms());
         agent_end_decision d = machine_.on_agent_end(reply.get(), c, config_.retry);
         const auto fallback = switch_on_usage_limit(d, model.provider);
         if (!d.will_retry && fallback_) fallback_->chain_over();
@@ -722,9 +729,10 @@ asio::awaitable<void> agent_session::execute_tools(const message& assistant, run
         if (abort_.requested()) {
             result = {"Tool execution was aborted", true};
         } else {
-            auto it = std::find_if(tools_.begin(), tools_.end(),
+            auto& tools = rare().tools;
+            auto it = std::find_if(tools.begin(), tools.end(),
                                    [&](const auto& t) { return t.first == call->name; });
-            if (it == tools_.end()) {
+            if (it == tools.end()) {
                 result = {"Tool " + call->name + " not found", true};
             } else {
                 std::exception_ptr failure;

@@ -228,7 +228,7 @@ public:
     [[nodiscard]] subscription subscribe(listener l);
     /// Adds an in-process extension (gets every event before the listeners).
     void add_extension(std::string path, extension_runner::handler h) {
-        extensions_.add(std::move(path), std::move(h));
+        rare().extensions.add(std::move(path), std::move(h));
     }
     void register_tool(tool_definition def, tool_function fn);
 
@@ -239,7 +239,10 @@ public:
     /// Names the session: a session_info{name} entry in its history (the latest one wins on
     /// resume). An I/O failure writing it is returned; the name is kept either way.
     std::error_code set_session_name(std::string name);
-    const std::optional<std::string>& session_name() const noexcept { return name_; }
+    const std::optional<std::string>& session_name() const noexcept {
+        static const std::optional<std::string> none;
+        return rare_ ? rare_->name : none;
+    }
     model_info model() const { return provider_->model(); }
     /// Switches the model for the next request (one in flight finishes on the old one); a
     /// model_change entry goes to the history; an active model fallback is forgotten.
@@ -248,7 +251,10 @@ public:
     /// no key).
     std::string set_model(std::string_view provider_name, std::string_view model_id);
     /// The catalog given in session_options (may be null).
-    const std::shared_ptr<model_catalog>& catalog() const noexcept { return catalog_; }
+    const std::shared_ptr<model_catalog>& catalog() const noexcept {
+        static const std::shared_ptr<model_catalog> none;
+        return rare_ ? rare_->catalog : none;
+    }
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept {
@@ -316,12 +322,8 @@ private:
     std::shared_ptr<provider> provider_;
     settings config_;
     clock_kind clock_;
-    std::shared_ptr<auth_storage> auth_;
-    std::shared_ptr<model_catalog> catalog_;
     std::shared_ptr<compaction_hook> compaction_;
     std::shared_ptr<spdlog::logger> logger_;
-    std::function<std::int64_t()> now_ms_;
-    std::string system_prompt_;
 
     retry_machine machine_;
     std::unique_ptr<model_fallback> fallback_;  // created on first use: a parked session stays small
@@ -357,12 +359,25 @@ private:
     std::uint64_t next_listener_id_ = 1;
     int dispatch_depth_ = 0;
     bool listeners_dirty_ = false;
-    extension_runner extensions_;
 
-    std::vector<tool_definition> tool_defs_;
-    std::vector<std::pair<std::string, tool_function>> tools_;
-
-    std::optional<std::string> name_;
+    // what many sessions never set, out of line: created on first use (a parked session stays small)
+    struct rare_members {
+        std::shared_ptr<auth_storage> auth;
+        std::shared_ptr<model_catalog> catalog;
+        std::function<std::int64_t()> now_ms;  // empty: wall_clock_ms
+        std::string system_prompt;
+        extension_runner extensions;
+        std::vector<tool_definition> tool_defs;
+        std::vector<std::pair<std::string, tool_function>> tools;
+        std::optional<std::string> name;
+    };
+    std::unique_ptr<rare_members> rare_;
+    rare_members& rare() {
+        if (!rare_) rare_ = std::make_unique<rare_members>();
+        return *rare_;
+    }
+    std::int64_t now_ms() const { return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms(); }
+    model_catalog* catalog_ptr() const noexcept { return rare_ ? rare_->catalog.get() : nullptr; }
     bool user_abort_ = false;  // abort() was called during this run (not abort_retry())
     bool busy_ = false;
     bool streaming_ = false;
