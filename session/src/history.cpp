@@ -54,12 +54,7 @@ session_history::~session_history() {
 }
 
 session_history::session_history(session_history&& o) noexcept
-    : id_(std::move(o.id_)),
-      cwd_(std::move(o.cwd_)),
-      file_(std::move(o.file_)),
-      out_(o.out_),
-      header_written_(o.header_written_),
-      entries_(std::move(o.entries_)) {
+    : id_(std::move(o.id_)), file_(std::move(o.file_)), out_(o.out_), entries_(std::move(o.entries_)) {
     o.out_ = nullptr;
 }
 
@@ -67,30 +62,32 @@ session_history& session_history::operator=(session_history&& o) noexcept {
     if (this != &o) {
         if (out_) std::fclose(out_);
         id_ = std::move(o.id_);
-        cwd_ = std::move(o.cwd_);
         file_ = std::move(o.file_);
         out_ = o.out_;
         o.out_ = nullptr;
-        header_written_ = o.header_written_;
         entries_ = std::move(o.entries_);
     }
     return *this;
 }
 
+session_history::file_state& session_history::file_mode() {
+    if (!file_) file_ = std::make_unique<file_state>();
+    return *file_;
+}
+
 session_history session_history::create_file(const fs::path& dir, std::string cwd) {
     session_history h;
-    h.cwd_ = std::move(cwd);
+    h.file_mode().cwd = std::move(cwd);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw std::system_error(ec, "cannot create session directory " + dir.string());
     std::string ts = iso_timestamp(wall_clock_ms());
     for (char& c : ts)
         if (c == ':' || c == '.') c = '-';
-    h.file_ = dir / (ts + "_" + h.id_ + ".jsonl");
-    h.out_ = std::fopen(h.file_->c_str(), "ae");
+    const auto& path = h.file_->path = dir / (ts + "_" + h.id_ + ".jsonl");
+    h.out_ = std::fopen(path->c_str(), "ae");
     if (!h.out_)
-        throw std::system_error(errno, std::generic_category(),
-                                "cannot open session file " + h.file_->string());
+        throw std::system_error(errno, std::generic_category(), "cannot open session file " + path->string());
     return h;
 }
 
@@ -133,15 +130,15 @@ std::error_code session_history::append(std::string type, json::object fields, m
         o["timestamp"] = iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
         for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
         if (e.msg && !o.contains("message")) o["message"] = to_json(*e.msg);
-        if (out_ && !header_written_) {
+        if (out_ && !file_mode().header_written) {
             json::object h;
             h["type"] = "session";
             h["version"] = 3;
             h["id"] = id_;
             h["timestamp"] = iso_timestamp(wall_clock_ms());
-            h["cwd"] = cwd_;
+            h["cwd"] = file_->cwd;
             ec = write_line(h);
-            if (!ec) header_written_ = true;
+            if (!ec) file_->header_written = true;
         }
         if (!ec && out_) ec = write_line(o);
         e.raw = std::move(o);
@@ -232,6 +229,7 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         }
     }
     loaded out;
+    auto& fstate = out.history.file_mode();
     // a last line without a newline was cut by a crash unless it parses
     const bool last_terminated = text.empty() || text.back() == '\n';
     std::vector<std::string_view> lines;
@@ -251,8 +249,8 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         out.history.id_ = id_from_file_name(file);
         if (out.history.id_.empty()) out.history.id_ = random_hex_id(32);
         std::error_code ec;
-        out.history.cwd_ = fs::current_path(ec).string();
-        out.history.header_written_ = false;
+        fstate.cwd = fs::current_path(ec).string();
+        fstate.header_written = false;
     } else {
         const std::string line_no = "line " + std::to_string(first + 1);
         if (lines[first].size() > limits.max_line_bytes)
@@ -270,8 +268,8 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
                                      ": key \"id\": expected a non-empty string, found " +
                                      (id ? json_excerpt(*id) : std::string("nothing")) + ")");
         out.history.id_ = std::string(id->get_string());
-        if (auto* c = header->if_contains("cwd"); c && c->is_string()) out.history.cwd_ = c->get_string();
-        out.history.header_written_ = true;
+        if (auto* c = header->if_contains("cwd"); c && c->is_string()) fstate.cwd = c->get_string();
+        fstate.header_written = true;
     }
 
     for (std::size_t i = first + 1; i < lines.size(); ++i) {
@@ -314,7 +312,7 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         e.raw = std::move(*o);
         out.history.entries_.push_back(std::move(e));
     }
-    out.history.file_ = file;
+    fstate.path = file;
     out.history.out_ = std::fopen(file.c_str(), "ae");
     if (!out.history.out_)
         throw std::system_error(errno, std::generic_category(),

@@ -57,7 +57,10 @@ public:
     static loaded load(const std::filesystem::path& file, const session_file_limits& limits = {});
 
     const std::string& session_id() const noexcept { return id_; }
-    const std::optional<std::filesystem::path>& file() const noexcept { return file_; }
+    const std::optional<std::filesystem::path>& file() const noexcept {
+        static const std::optional<std::filesystem::path> none;
+        return file_ ? file_->path : none;
+    }
     const std::vector<history_entry>& entries() const noexcept { return entries_; }
 
     /// Appends a message entry (parent = the current leaf); in file mode writes and flushes
@@ -77,11 +80,17 @@ private:
     std::error_code write_line(const json::object& o);
     std::error_code append(std::string type, json::object fields, message_ptr m);
 
+    // file mode only, out of line: an in-memory history stays small
+    struct file_state {
+        std::string cwd;
+        std::optional<std::filesystem::path> path;
+        bool header_written = false;
+    };
+    file_state& file_mode();
+
     std::string id_;
-    std::string cwd_;
-    std::optional<std::filesystem::path> file_;
+    std::unique_ptr<file_state> file_;
     std::FILE* out_ = nullptr;
-    bool header_written_ = false;
     std::vector<history_entry> entries_;
 };
 
