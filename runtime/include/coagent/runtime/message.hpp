@@ -17,8 +17,9 @@ namespace coagent {
 
 namespace json = boost::json;
 
-enum class message_role { user, assistant, tool_result };
-enum class stop_reason { stop, length, tool_use, error, aborted };
+// one byte each: they sit together at the start of `message` (see there)
+enum class message_role : std::uint8_t { user, assistant, tool_result };
+enum class stop_reason : std::uint8_t { stop, length, tool_use, error, aborted };
 
 std::string_view to_string(message_role r) noexcept;
 std::string_view to_string(stop_reason r) noexcept;
@@ -52,9 +53,14 @@ struct token_usage {
 
 /// One message of a conversation. Which fields matter depends on `role`:
 /// assistant messages carry api/provider/model/usage/stop/error_*; toolResult messages
-/// carry tool_call_id/tool_name/is_error.
+/// carry tool_call_id/tool_name/is_error. The small fields come first, packed together (every
+/// session keeps its messages: 16 bytes less padding per message).
 struct message {
     message_role role = message_role::user;
+    stop_reason stop = stop_reason::stop;             // assistant
+    bool is_error = false;                            // toolResult
+    std::optional<bool> should_retry;                 // assistant: the response's x-should-retry header, when it had one
+    std::optional<int> error_status;                  // assistant: structured error detail (not in the reference's shape)
     std::vector<content_block> content;
     std::int64_t timestamp = 0;  // milliseconds since the Unix epoch
 
@@ -63,17 +69,13 @@ struct message {
     std::string provider;
     std::string model;
     token_usage usage;
-    stop_reason stop = stop_reason::stop;
     std::optional<std::string> error_message;
     // structured error details beside the text (not part of the reference's shape)
-    std::optional<int> error_status;
     std::string error_type;
-    std::optional<bool> should_retry;  // the response's x-should-retry header, when it had one
 
     // toolResult
     std::string tool_call_id;
     std::string tool_name;
-    bool is_error = false;
 };
 
 using message_ptr = std::shared_ptr<const message>;
