@@ -310,15 +310,20 @@ void agent_session::cancel_prompt(std::uint64_t id) {
     if (busy_ && running_id_ == id) abort();
 }
 
+namespace {
+// a plain function: its prompt_result does not take room in every prompt's frame
+prompt_result refused_while_compacting() {
+    prompt_result r;
+    r.outcome = prompt_result::status::refused;
+    r.error = "Compaction in progress: wait for compaction_end, then send the message again.";
+    return r;
+}
+}  // namespace
+
 asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, streaming_behavior behavior,
                                                          std::uint64_t id) {
     if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
-    if (compacting_) {
-        prompt_result r;
-        r.outcome = prompt_result::status::refused;
-        r.error = "Compaction in progress: wait for compaction_end, then send the message again.";
-        co_return r;
-    }
+    if (compacting_) co_return refused_while_compacting();
     busy_ = true;
     running_id_ = id;
     user_abort_ = false;
