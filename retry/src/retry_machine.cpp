@@ -28,7 +28,7 @@ std::optional<auto_retry_end_event> retry_machine::on_assistant_message_end(cons
 }
 
 double retry_machine::draw() {
-    if (random_) return random_();
+    if (random_) return (*random_)();
     static thread_local std::mt19937_64 gen{std::random_device{}()};
     return std::uniform_real_distribution<double>(0.0, 1.0)(gen);
 }

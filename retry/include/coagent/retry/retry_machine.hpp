@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -77,7 +78,9 @@ public:
 
     /// The random draw for retry.jitter: uniform in [0, 1). Default: a PRNG seeded once from
     /// std::random_device on first use (so processes do not jitter in step).
-    void set_random(std::function<double()> uniform01) { random_ = std::move(uniform01); }
+    void set_random(std::function<double()> uniform01) {
+        random_ = uniform01 ? std::make_unique<std::function<double()>>(std::move(uniform01)) : nullptr;
+    }
 
     /// The backoff wait is about to start.
     void begin_wait() noexcept { waiting_ = true; }
@@ -110,7 +113,7 @@ private:
 
     double draw();
 
-    std::function<double()> random_;
+    std::unique_ptr<std::function<double()>> random_;  // set by tests only: a pointer keeps sessions small
     int attempt_ = 0;
     bool chain_active_ = false;
     bool waiting_ = false;
