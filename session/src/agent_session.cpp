@@ -29,6 +29,12 @@ std::shared_ptr<compaction_hook> default_summarizer() {
 
 constexpr const char* busy_text = agent_session::busy_message;
 
+// checked before the members that need an executor (the backoff timer) are built
+const asio::any_io_executor& require_executor(const asio::any_io_executor& ex) {
+    if (!ex) throw std::invalid_argument("agent_session: no executor");
+    return ex;
+}
+
 }  // namespace
 
 // ---- subscription ----------------------------------------------------------------------
@@ -78,15 +84,14 @@ struct agent_session::run_outcome {
 // ---- construction -----------------------------------------------------------------------
 
 agent_session::agent_session(session_options o)
-    : executor_(o.executor),
+    : executor_(require_executor(o.executor)),
       provider_(std::move(o.model_provider)),
       config_(o.config),
       clock_(o.clock),
       compaction_(o.compaction ? std::move(o.compaction) : default_summarizer()),
-      logger_(o.logger ? std::move(o.logger) : default_logger()) {
-    if (!executor_) throw std::invalid_argument("agent_session: no executor");
+      logger_(o.logger ? std::move(o.logger) : default_logger()),
+      backoff_(executor_, clock_) {
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
-    backoff_ = make_cancellable_wait(executor_, clock_);
     if (o.auth || o.models || o.now_ms || !o.system_prompt.empty()) {
         auto& r = rare();
         r.auth = std::move(o.auth);
@@ -264,7 +269,7 @@ provider_request agent_session::build_request() const {
 void agent_session::abort_retry() {
     const bool retried_in_flight = machine_.retried_attempt_in_flight();
     if (machine_.abort_retry())
-        backoff_->cancel();
+        backoff_.cancel();
     else if (retried_in_flight)
         abort_.request();  // the retried attempt is aborted too (design.md endings table)
 }
@@ -272,7 +277,7 @@ void agent_session::abort_retry() {
 void agent_session::abort() {
     if (!busy_) return;
     user_abort_ = true;
-    if (machine_.abort()) backoff_->cancel();  // the retry is cancelled first (spec §5)
+    if (machine_.abort()) backoff_.cancel();  // the retry is cancelled first (spec §5)
     abort_.request();                          // then the stream in flight
     // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
     // before it (a message queued after this call, while the aborted run winds down, still runs)
@@ -347,7 +352,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
                 // initiation frame (which would sit in a recycled block of a freed, larger frame)
                 const bool elapsed = step.delay_ms <= 0
                                          ? co_await post_continue()
-                                         : !std::get<0>(co_await backoff_->async_wait(delay_to_duration(step.delay_ms),
+                                         : !std::get<0>(co_await backoff_.async_wait(delay_to_duration(step.delay_ms),
                                                                                         asio::as_tuple(asio::deferred)));
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
@@ -629,7 +634,7 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         emit(*d.start);
         machine_.begin_wait();
         const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
-                                                    : co_await backoff_->wait(delay_to_duration(d.start->delay_ms));
+                                                    : co_await backoff_.wait(delay_to_duration(d.start->delay_ms));
         if (!resume_after_wait(elapsed)) {
             // the summary request's chain was cancelled: that is why it failed
             reply->error_message = retry_cancelled_text;

@@ -327,7 +327,7 @@ private:
 
     retry_machine machine_;
     std::unique_ptr<model_fallback> fallback_;  // created on first use: a parked session stays small
-    std::unique_ptr<cancellable_wait> backoff_;
+    cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
     prompt_result last_result_;
 
