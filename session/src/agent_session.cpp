@@ -106,7 +106,8 @@ agent_session::agent_session(session_options o)
         messages_ = history_.context();
         for (const auto& e : history_.entries())
             if (e.type == "session_info")
-                if (const auto* n = e.raw.if_contains("name"); n && n->is_string()) rare().name = std::string(n->get_string());
+                if (const auto* n = e.raw.if_contains("name"); n && n->is_string())
+                    rare().name = std::string(n->get_string());
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -206,8 +207,8 @@ std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit
         next = catalog->resolve(selector.substr(0, slash), selector.substr(slash + 1), error);
         return next != nullptr;
     };
-    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), d.retry_hint_ms, now_ms(),
-                                             config_.retry, usable);
+    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), d.retry_hint_ms,
+                                             now_ms(), config_.retry, usable);
     if (!applied) return std::nullopt;
     switch_provider(std::move(next), true);
     machine_.usage_switch_succeeded(d);
@@ -222,7 +223,7 @@ void agent_session::restore_fallback_primary() {
     const auto slash = primary->find('/');
     std::string error;
     auto p = catalog->resolve(std::string_view(*primary).substr(0, slash),
-                               std::string_view(*primary).substr(slash + 1), error);
+                              std::string_view(*primary).substr(slash + 1), error);
     if (!p) {
         logger_->warn("model fallback: cannot switch back to {}: {}", *primary, error);
         return;
@@ -277,7 +278,7 @@ void agent_session::abort_retry() {
 void agent_session::abort() {
     if (!busy_) return;
     user_abort_ = true;
-    if (machine_.abort()) backoff_.cancel();  // the retry is cancelled first (spec §5)
+    if (machine_.abort()) backoff_.cancel();   // the retry is cancelled first (spec §5)
     abort_.request();                          // then the stream in flight
     // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
     // before it (a message queued after this call, while the aborted run winds down, still runs)
@@ -348,12 +349,14 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
             next_step step = finish_run(std::move(out), overflow_recovered);
             if (step.wait) {
                 machine_.begin_wait();
-                // awaited directly as a deferred operation: no wrapper frame, not even use_awaitable's
-                // initiation frame (which would sit in a recycled block of a freed, larger frame)
-                const bool elapsed = step.delay_ms <= 0
-                                         ? co_await post_continue()
-                                         : !std::get<0>(co_await backoff_.async_wait(delay_to_duration(step.delay_ms),
-                                                                                        asio::as_tuple(asio::deferred)));
+                // awaited directly as a deferred operation: no wrapper frame, not even
+                // use_awaitable's initiation frame (which would sit in a recycled block of a freed,
+                // larger frame)
+                const bool elapsed =
+                    step.delay_ms <= 0
+                        ? co_await post_continue()
+                        : !std::get<0>(co_await backoff_.async_wait(
+                              delay_to_duration(step.delay_ms), asio::as_tuple(asio::deferred)));
                 if (resume_after_wait(elapsed)) continue;  // the continue runs as a fresh task
                 retry_cancelled = true;
             } else if (step.retry_cancelled) {
@@ -633,8 +636,9 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
         if (!d.will_retry) co_return reply;
         emit(*d.start);
         machine_.begin_wait();
-        const bool elapsed = d.start->delay_ms <= 0 ? co_await post_continue()
-                                                    : co_await backoff_.wait(delay_to_duration(d.start->delay_ms));
+        const bool elapsed = d.start->delay_ms <= 0
+                                 ? co_await post_continue()
+                                 : co_await backoff_.wait(delay_to_duration(d.start->delay_ms));
         if (!resume_after_wait(elapsed)) {
             // the summary request's chain was cancelled: that is why it failed
             reply->error_message = retry_cancelled_text;

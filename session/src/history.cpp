@@ -54,7 +54,10 @@ session_history::~session_history() {
 }
 
 session_history::session_history(session_history&& o) noexcept
-    : id_(std::move(o.id_)), file_(std::move(o.file_)), out_(o.out_), entries_(std::move(o.entries_)) {
+    : id_(std::move(o.id_)),
+      file_(std::move(o.file_)),
+      out_(o.out_),
+      entries_(std::move(o.entries_)) {
     o.out_ = nullptr;
 }
 
@@ -87,7 +90,8 @@ session_history session_history::create_file(const fs::path& dir, std::string cw
     const auto& path = h.file_->path = dir / (ts + "_" + h.id_ + ".jsonl");
     h.out_ = std::fopen(path->c_str(), "ae");
     if (!h.out_)
-        throw std::system_error(errno, std::generic_category(), "cannot open session file " + path->string());
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot open session file " + path->string());
     return h;
 }
 

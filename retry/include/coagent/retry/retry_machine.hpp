@@ -79,7 +79,8 @@ public:
     /// The random draw for retry.jitter: uniform in [0, 1). Default: a PRNG seeded once from
     /// std::random_device on first use (so processes do not jitter in step).
     void set_random(std::function<double()> uniform01) {
-        random_ = uniform01 ? std::make_unique<std::function<double()>>(std::move(uniform01)) : nullptr;
+        random_ =
+            uniform01 ? std::make_unique<std::function<double()>>(std::move(uniform01)) : nullptr;
     }
 
     /// The backoff wait is about to start.
@@ -113,7 +114,8 @@ private:
 
     double draw();
 
-    std::unique_ptr<std::function<double()>> random_;  // set by tests only: a pointer keeps sessions small
+    // set by tests only: a pointer keeps every session's machine small
+    std::unique_ptr<std::function<double()>> random_;
     int attempt_ = 0;
     bool chain_active_ = false;
     bool waiting_ = false;

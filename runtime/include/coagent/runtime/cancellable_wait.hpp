@@ -29,7 +29,8 @@ enum class clock_kind { steady, manual };
 /// One cancellable wait at a time, on a timer of the clock chosen at construction.
 class cancellable_wait {
 public:
-    cancellable_wait(asio::any_io_executor ex, clock_kind k) : timer_(make_timer(std::move(ex), k)) {}
+    cancellable_wait(asio::any_io_executor ex, clock_kind k)
+        : timer_(make_timer(std::move(ex), k)) {}
 
     /// The timer wait itself (d > 0) for any completion token; signature
     /// void(boost::system::error_code), operation_aborted on cancel(). Callers that keep many
@@ -44,7 +45,8 @@ public:
                     [&](auto& t) {
                         using timer = std::decay_t<decltype(t)>;
                         t.expires_after(std::chrono::duration_cast<typename timer::duration>(dur));
-                        t.async_wait(asio::bind_cancellation_slot(signal_.slot(), std::move(handler)));
+                        t.async_wait(
+                            asio::bind_cancellation_slot(signal_.slot(), std::move(handler)));
                     },
                     timer_);
             },
@@ -75,7 +77,8 @@ public:
 private:
     using timer_variant = std::variant<asio::steady_timer, manual_timer>;
     static timer_variant make_timer(asio::any_io_executor ex, clock_kind k) {
-        if (k == clock_kind::manual) return timer_variant(std::in_place_type<manual_timer>, std::move(ex));
+        if (k == clock_kind::manual)
+            return timer_variant(std::in_place_type<manual_timer>, std::move(ex));
         return timer_variant(std::in_place_type<asio::steady_timer>, std::move(ex));
     }
 

@@ -57,10 +57,12 @@ struct token_usage {
 /// session keeps its messages: 16 bytes less padding per message).
 struct message {
     message_role role = message_role::user;
-    stop_reason stop = stop_reason::stop;             // assistant
-    bool is_error = false;                            // toolResult
-    std::optional<bool> should_retry;                 // assistant: the response's x-should-retry header, when it had one
-    std::optional<int> error_status;                  // assistant: structured error detail (not in the reference's shape)
+    stop_reason stop = stop_reason::stop;  // assistant
+    bool is_error = false;                 // toolResult
+    // assistant: the response's x-should-retry header, when it had one
+    std::optional<bool> should_retry;
+    // assistant: structured error detail beside the text (not part of the reference's shape)
+    std::optional<int> error_status;
     std::vector<content_block> content;
     std::int64_t timestamp = 0;  // milliseconds since the Unix epoch
 

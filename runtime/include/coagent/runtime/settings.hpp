@@ -21,15 +21,17 @@ using fallback_chains = std::vector<std::pair<std::string, std::vector<std::stri
 
 // (members ordered so that the flags share one word: every session holds a copy)
 struct retry_settings {
-    bool enabled = true;             // retry.enabled
+    bool enabled = true;  // retry.enabled
     // Beyond the spec (design.md), all off by default:
     bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
-    bool honor_should_retry = false;  // retry.honorShouldRetry: `x-should-retry: false` stops the chain
-    int max_retries = 3;             // retry.maxRetries
+    // retry.honorShouldRetry: `x-should-retry: false` stops the chain
+    bool honor_should_retry = false;
+    int max_retries = 3;                // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
     std::int64_t max_delay_ms = 0;   // retry.maxDelayMs: a longer computed wait ends the chain (0 = off)
     retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
-    fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;  // retry.fallbackRevertPolicy
+    // retry.fallbackRevertPolicy
+    fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;
     // Model fallback on the usage-limit path (design.md; empty = off). Shared and immutable so
     // a settings copy per session stays small.
     std::shared_ptr<const fallback_chains> fallback;  // retry.fallbackChains

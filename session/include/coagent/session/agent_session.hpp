@@ -175,8 +175,9 @@ public:
                 // disconnect ours when the operation completes
                 using completion = prompt_completion<decltype(handler)>;
                 asio::co_spawn(executor_, run_prompt(std::move(t), b, id),
-                               asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                                            completion{std::move(handler), slot, std::move(pending), this}));
+                               asio::bind_cancellation_slot(
+                                   asio::cancellation_slot(),
+                                   completion{std::move(handler), slot, std::move(pending), this}));
             },
             token, std::move(text), behavior);
     }
@@ -274,7 +275,8 @@ private:
         std::shared_ptr<bool> pending;
         agent_session* session;
 
-        using executor_type = boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
+        using executor_type =
+            boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
         executor_type get_executor() const noexcept {
             return boost::asio::get_associated_executor(h, session->executor_);
         }
@@ -327,7 +329,7 @@ private:
 
     retry_machine machine_;
     std::unique_ptr<model_fallback> fallback_;  // created on first use: a parked session stays small
-    cancellable_wait backoff_;  // inline: one allocation less per session
+    cancellable_wait backoff_;                  // inline: one allocation less per session
     abort_signal abort_;
     prompt_result last_result_;
 
@@ -360,7 +362,7 @@ private:
     int dispatch_depth_ = 0;
     bool listeners_dirty_ = false;
 
-    // what many sessions never set, out of line: created on first use (a parked session stays small)
+    // what many sessions never set, out of line, created on first use: a parked session stays small
     struct rare_members {
         std::shared_ptr<auth_storage> auth;
         std::shared_ptr<model_catalog> catalog;
@@ -376,7 +378,9 @@ private:
         if (!rare_) rare_ = std::make_unique<rare_members>();
         return *rare_;
     }
-    std::int64_t now_ms() const { return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms(); }
+    std::int64_t now_ms() const {
+        return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms();
+    }
     model_catalog* catalog_ptr() const noexcept { return rare_ ? rare_->catalog.get() : nullptr; }
     bool user_abort_ = false;  // abort() was called during this run (not abort_retry())
     bool busy_ = false;
