@@ -96,8 +96,11 @@ session_history session_history::create_file(const fs::path& dir, std::string cw
 }
 
 std::error_code session_history::write_line(const json::object& o) {
+    return write_text_line(json::serialize(o));
+}
+
+std::error_code session_history::write_text_line(std::string line) {
     if (!out_) return {};
-    std::string line = json::serialize(o);
     line.push_back('\n');
     if (std::fwrite(line.data(), 1, line.size(), out_) != line.size() || std::fflush(out_) != 0)
         return {errno ? errno : EIO, std::generic_category()};
@@ -133,7 +136,6 @@ std::error_code session_history::append(std::string type, json::object fields, m
             o["parentId"] = e.parent_id;
         o["timestamp"] = iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
         for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
-        if (e.msg && !o.contains("message")) o["message"] = to_json(*e.msg);
         if (out_ && !file_mode().header_written) {
             json::object h;
             h["type"] = "session";
@@ -144,7 +146,18 @@ std::error_code session_history::append(std::string type, json::object fields, m
             ec = write_line(h);
             if (!ec) file_->header_written = true;
         }
-        if (!ec && out_) ec = write_line(o);
+        if (!ec && out_) {
+            // the message is written as text after the entry's own fields (no DOM of it); `raw`
+            // keeps only those fields
+            std::string line = json::serialize(o);
+            if (e.msg && !o.contains("message")) {
+                line.pop_back();
+                line += ",\"message\":";
+                append_json(line, *e.msg);
+                line.push_back('}');
+            }
+            ec = write_text_line(std::move(line));
+        }
         e.raw = std::move(o);
     }
     entries_.push_back(std::move(e));

@@ -30,7 +30,8 @@ struct history_entry {
     std::string parent_id;  // empty for the root
     std::string type;       // "message", "compaction", "model_change", ... (others kept as raw)
     message_ptr msg;        // for "message"
-    json::object raw;       // the whole entry as read or written (file mode)
+    json::object raw;       // the entry as read, or its own fields as written (file mode; a
+                            // message entry written by this process: without the message)
 };
 
 class session_history {
@@ -78,6 +79,7 @@ public:
 
 private:
     std::error_code write_line(const json::object& o);
+    std::error_code write_text_line(std::string line);  // appends the newline
     std::error_code append(std::string type, json::object fields, message_ptr m);
 
     // file mode only, out of line: an in-memory history stays small
