@@ -22,7 +22,8 @@ inline constexpr bool known_bug_non_finite_numbers = false;
 /// Whether `v` holds a non-finite number anywhere.
 inline bool has_non_finite(const boost::json::value& v) {
     switch (v.kind()) {
-        case boost::json::kind::double_: return !std::isfinite(v.get_double());
+        case boost::json::kind::double_:
+            return !std::isfinite(v.get_double());
         case boost::json::kind::array:
             for (const auto& x : v.get_array())
                 if (has_non_finite(x)) return true;
@@ -31,7 +32,8 @@ inline bool has_non_finite(const boost::json::value& v) {
             for (const auto& kv : v.get_object())
                 if (has_non_finite(kv.value())) return true;
             return false;
-        default: return false;
+        default:
+            return false;
     }
 }
 
@@ -53,9 +55,13 @@ inline constexpr bool known_bug_huge_numbers = false;
 inline bool has_huge_number(const boost::json::value& v) {
     constexpr double limit = 2305843009213693952.0;  // 2^61
     switch (v.kind()) {
-        case boost::json::kind::double_: return !(std::fabs(v.get_double()) < limit);
-        case boost::json::kind::int64: return v.get_int64() > (std::int64_t{1} << 61) || v.get_int64() < -(std::int64_t{1} << 61);
-        case boost::json::kind::uint64: return v.get_uint64() > (std::uint64_t{1} << 61);
+        case boost::json::kind::double_:
+            return !(std::fabs(v.get_double()) < limit);
+        case boost::json::kind::int64:
+            return v.get_int64() > (std::int64_t{1} << 61) ||
+                   v.get_int64() < -(std::int64_t{1} << 61);
+        case boost::json::kind::uint64:
+            return v.get_uint64() > (std::uint64_t{1} << 61);
         case boost::json::kind::array:
             for (const auto& x : v.get_array())
                 if (has_huge_number(x)) return true;
@@ -64,7 +70,8 @@ inline bool has_huge_number(const boost::json::value& v) {
             for (const auto& kv : v.get_object())
                 if (has_huge_number(kv.value())) return true;
             return false;
-        default: return false;
+        default:
+            return false;
     }
 }
 

@@ -45,8 +45,8 @@ struct temp_dir {
     fs::path path;
     temp_dir() {
         static std::atomic<unsigned> counter{0};
-        path = fs::temp_directory_path() /
-               ("coagent-bad-config-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)));
+        path = fs::temp_directory_path() / ("coagent-bad-config-" + std::to_string(::getpid()) +
+                                            "-" + std::to_string(counter.fetch_add(1)));
         fs::remove_all(path);
         fs::create_directories(path);
     }
@@ -86,9 +86,12 @@ enum class file_kind { settings, models, auth };
 
 std::string_view file_name(file_kind k) {
     switch (k) {
-        case file_kind::settings: return "settings.json";
-        case file_kind::models: return "models.json";
-        case file_kind::auth: return "auth.json";
+        case file_kind::settings:
+            return "settings.json";
+        case file_kind::models:
+            return "models.json";
+        case file_kind::auth:
+            return "auth.json";
     }
     return "";
 }
@@ -98,11 +101,11 @@ inline const std::string directory = "<a directory>";
 
 struct bad_case {
     file_kind kind;
-    std::string what;     // the row's name
-    std::string content;  // the file's text, or `directory`
-    std::string key;      // expected settings_error::key ("" = the whole file)
-    std::string expected; // expected settings_error::expected
-    std::string found;    // a part of settings_error::found
+    std::string what;      // the row's name
+    std::string content;   // the file's text, or `directory`
+    std::string key;       // expected settings_error::key ("" = the whole file)
+    std::string expected;  // expected settings_error::expected
+    std::string found;     // a part of settings_error::found
 };
 
 // A file one byte over the limit of config files (config_file::max_bytes, 4 MiB), valid JSON.
@@ -119,23 +122,31 @@ constexpr const char* too_large_expected = "a file of at most 4194304 bytes (4 M
 const std::vector<bad_case>& cases() {
     static const std::vector<bad_case> c = {
         // settings.json
-        {file_kind::settings, "wrong type: boolean", R"({"retry":{"enabled":"yes"}})", "retry.enabled",
-         "a boolean (true or false)", R"("yes")"},
-        {file_kind::settings, "wrong type: integer", R"({"retry":{"maxRetries":"three"}})", "retry.maxRetries",
-         "a non-negative integer", R"("three")"},
-        {file_kind::settings, "wrong type: group", R"({"compaction":7})", "compaction", "an object", "7"},
-        {file_kind::settings, "wrong type: choice", R"({"retry":{"jitter":"lots"}})", "retry.jitter", "", R"("lots")"},
-        {file_kind::settings, "wrong type: top level", R"([{"retry":{}}])", "", "a JSON object at the top level", "[{"},
-        {file_kind::settings, "invalid JSON", "{\n  \"retry\": {\"enabled\": tru}\n}", "", "valid JSON", ""},
-        {file_kind::settings, "invalid JSON: truncated", R"({"retry":{"enabled":true)", "", "valid JSON", ""},
+        {file_kind::settings, "wrong type: boolean", R"({"retry":{"enabled":"yes"}})",
+         "retry.enabled", "a boolean (true or false)", R"("yes")"},
+        {file_kind::settings, "wrong type: integer", R"({"retry":{"maxRetries":"three"}})",
+         "retry.maxRetries", "a non-negative integer", R"("three")"},
+        {file_kind::settings, "wrong type: group", R"({"compaction":7})", "compaction", "an object",
+         "7"},
+        {file_kind::settings, "wrong type: choice", R"({"retry":{"jitter":"lots"}})",
+         "retry.jitter", "", R"("lots")"},
+        {file_kind::settings, "wrong type: top level", R"([{"retry":{}}])", "",
+         "a JSON object at the top level", "[{"},
+        {file_kind::settings, "invalid JSON", "{\n  \"retry\": {\"enabled\": tru}\n}", "",
+         "valid JSON", ""},
+        {file_kind::settings, "invalid JSON: truncated", R"({"retry":{"enabled":true)", "",
+         "valid JSON", ""},
         {file_kind::settings, "empty file", "", "", "a JSON object", "empty"},
         {file_kind::settings, "blank file", " \n\t\n", "", "a JSON object", "empty"},
         {file_kind::settings, "unreadable file", directory, "", "", "Is a directory"},
-        {file_kind::settings, "number beyond a double", R"({"retry":{"enabled":true},"x":{"y":[1,1e400]}})", "x.y[1]",
-         non_finite_expected, "out of range"},
-        {file_kind::settings, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
+        {file_kind::settings, "number beyond a double",
+         R"({"retry":{"enabled":true},"x":{"y":[1,1e400]}})", "x.y[1]", non_finite_expected,
+         "out of range"},
+        {file_kind::settings, "larger than 4 MiB", too_large_file(), "", too_large_expected,
+         "larger"},
         // models.json
-        {file_kind::models, "wrong type: providers", R"({"providers":[]})", "providers", "an object of providers", "[]"},
+        {file_kind::models, "wrong type: providers", R"({"providers":[]})", "providers",
+         "an object of providers", "[]"},
         {file_kind::models, "wrong type: baseUrl",
          R"({"providers":{"local":{"baseUrl":5,"api":"openai-completions","models":[{"id":"m1"}]}}})",
          "providers.local.baseUrl", "an http:// or https:// URL", "5"},
@@ -148,7 +159,8 @@ const std::vector<bad_case>& cases() {
         {file_kind::models, "missing: models",
          R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions"}}})",
          "providers.local.models", "a non-empty array of models", "missing"},
-        {file_kind::models, "wrong type: top level", R"("local")", "", "a JSON object at the top level", R"("local")"},
+        {file_kind::models, "wrong type: top level", R"("local")", "",
+         "a JSON object at the top level", R"("local")"},
         {file_kind::models, "invalid JSON", R"({"providers":{"local":})", "", "valid JSON", ""},
         {file_kind::models, "unreadable file", directory, "", "a readable file", "Is a directory"},
         {file_kind::models, "empty file", "", "", "a JSON object", "empty"},
@@ -156,24 +168,29 @@ const std::vector<bad_case>& cases() {
         {file_kind::models, "number beyond a double",
          R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions","models":[{"id":"m1","contextWindow":-1e999}]}}})",
          "providers.local.models[0].contextWindow", non_finite_expected, "out of range"},
-        {file_kind::models, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
+        {file_kind::models, "larger than 4 MiB", too_large_file(), "", too_large_expected,
+         "larger"},
         // auth.json
         {file_kind::auth, "wrong type: provider value", R"({"openai":"sk-123"})", "openai",
          "a credential object or an array of them", R"("sk-123")"},
-        {file_kind::auth, "wrong type: key", R"({"openai":[{"type":"api_key","key":5}]})", "openai[0].key",
-         "a non-empty string", "5"},
+        {file_kind::auth, "wrong type: key", R"({"openai":[{"type":"api_key","key":5}]})",
+         "openai[0].key", "a non-empty string", "5"},
         {file_kind::auth, "wrong type: blockedUntil",
-         R"({"openai":[{"type":"api_key","key":"sk-1","blockedUntil":"soon"}]})", "openai[0].blockedUntil",
-         "an epoch time in ms (a non-negative integer)", R"("soon")"},
-        {file_kind::auth, "wrong type: credential", R"({"openai":[{"type":"api_key","key":"sk-1"},7]})", "openai[1]",
-         "a credential object", "7"},
-        {file_kind::auth, "wrong type: top level", R"([1])", "", "a JSON object of providers", "[1]"},
-        {file_kind::auth, "invalid JSON", R"({"openai":[{"type":"api_key","key":"sk-1"})", "", "valid JSON", ""},
+         R"({"openai":[{"type":"api_key","key":"sk-1","blockedUntil":"soon"}]})",
+         "openai[0].blockedUntil", "an epoch time in ms (a non-negative integer)", R"("soon")"},
+        {file_kind::auth, "wrong type: credential",
+         R"({"openai":[{"type":"api_key","key":"sk-1"},7]})", "openai[1]", "a credential object",
+         "7"},
+        {file_kind::auth, "wrong type: top level", R"([1])", "", "a JSON object of providers",
+         "[1]"},
+        {file_kind::auth, "invalid JSON", R"({"openai":[{"type":"api_key","key":"sk-1"})", "",
+         "valid JSON", ""},
         {file_kind::auth, "unreadable file", directory, "", "a readable file", "Is a directory"},
         {file_kind::auth, "empty file", "", "", "a JSON object", "empty"},
         {file_kind::auth, "blank file", "\n\n", "", "a JSON object", "empty"},
-        {file_kind::auth, "number beyond a double", R"({"openai":[{"type":"api_key","key":"sk-1","n":1e400}]})",
-         "openai[0].n", non_finite_expected, "out of range"},
+        {file_kind::auth, "number beyond a double",
+         R"({"openai":[{"type":"api_key","key":"sk-1","n":1e400}]})", "openai[0].n",
+         non_finite_expected, "out of range"},
         {file_kind::auth, "larger than 4 MiB", too_large_file(), "", too_large_expected, "larger"},
     };
     return c;
@@ -196,8 +213,12 @@ std::optional<settings_error> load_error(const bad_case& c, const fs::path& file
             case file_kind::settings:
                 (void)settings_store::load(file, file.parent_path() / "project" / "settings.json");
                 break;
-            case file_kind::models: (void)models_config::load(file); break;
-            case file_kind::auth: file_auth_storage{file}; break;
+            case file_kind::models:
+                (void)models_config::load(file);
+                break;
+            case file_kind::auth:
+                file_auth_storage{file};
+                break;
         }
     } catch (const settings_error& e) {
         return e;
@@ -214,8 +235,9 @@ struct process_result {
 process_result run_coagent(const fs::path& dir, const std::string& args) {
     const fs::path out = dir.parent_path() / (dir.filename().string() + ".stdout");
     const fs::path err = dir.parent_path() / (dir.filename().string() + ".stderr");
-    const std::string cmd = "cd '" + dir.string() + "' && COAGENT_DIR='" + dir.string() + "' '" COAGENT_BIN "' " + args +
-                            " </dev/null >'" + out.string() + "' 2>'" + err.string() + "'";
+    const std::string cmd = "cd '" + dir.string() + "' && COAGENT_DIR='" + dir.string() +
+                            "' '" COAGENT_BIN "' " + args + " </dev/null >'" + out.string() +
+                            "' 2>'" + err.string() + "'";
     const int status = std::system(cmd.c_str());
     process_result r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -229,16 +251,20 @@ process_result run_coagent(const fs::path& dir, const std::string& args) {
 std::string coagent_args(file_kind k) {
     // settings.json is read by every mode; models.json and auth.json only for an HTTP provider
     switch (k) {
-        case file_kind::settings: return "-p hi --no-session";
-        case file_kind::models: return "-p hi --no-session --provider local";
-        case file_kind::auth: return "-p hi --no-session --provider openai";
+        case file_kind::settings:
+            return "-p hi --no-session";
+        case file_kind::models:
+            return "-p hi --no-session --provider local";
+        case file_kind::auth:
+            return "-p hi --no-session --provider openai";
     }
     return "";
 }
 
 }  // namespace
 
-TEST_CASE("bad configuration: one error naming file, key, expected and found, nothing overwritten", "[config]") {
+TEST_CASE("bad configuration: one error naming file, key, expected and found, nothing overwritten",
+          "[config]") {
     for (const auto& c : cases()) {
         DYNAMIC_SECTION(file_name(c.kind) << ": " << c.what) {
             temp_dir dir;
@@ -259,7 +285,8 @@ TEST_CASE("bad configuration: one error naming file, key, expected and found, no
             if (e->expected == "valid JSON") {
                 CHECK(e->line > 0);  // file:line:col
                 CHECK(e->column > 0);
-                CHECK(what.starts_with(file.string() + ":" + std::to_string(e->line) + ":" + std::to_string(e->column) + ":"));
+                CHECK(what.starts_with(file.string() + ":" + std::to_string(e->line) + ":" +
+                                       std::to_string(e->column) + ":"));
             }
 
             // the executable: exit 2, one line on stderr that is this error
@@ -275,7 +302,8 @@ TEST_CASE("bad configuration: one error naming file, key, expected and found, no
     }
 }
 
-TEST_CASE("bad configuration found later: a broken file is not overwritten by coagent's own writes", "[config]") {
+TEST_CASE("bad configuration found later: a broken file is not overwritten by coagent's own writes",
+          "[config]") {
     // settings.json: persist_global (the RPC set_auto_retry / TUI toggle) after the file broke
     for (const auto& c : cases()) {
         if (c.kind == file_kind::models) continue;  // coagent never writes models.json
@@ -283,7 +311,8 @@ TEST_CASE("bad configuration found later: a broken file is not overwritten by co
             temp_dir dir;
             const fs::path file = dir.path / file_name(c.kind);
             if (c.kind == file_kind::settings) {
-                // persisting retry.enabled replaces a bad retry.enabled: that is the write asked for
+                // persisting retry.enabled replaces a bad retry.enabled: that is the write asked
+                // for
                 if (c.key == "retry.enabled") continue;
                 write_file(file, R"({"retry":{"enabled":true}})");
                 auto store = settings_store::load(file, dir.path / "project" / "settings.json");
@@ -299,8 +328,10 @@ TEST_CASE("bad configuration found later: a broken file is not overwritten by co
                     CHECK(e.file == file.string());
                     CHECK_THAT(std::string(e.what()), Catch::Contains(file.string()));
                 }
-                // an empty file holds nothing to keep: it is the one broken file persist may replace
-                if (c.content.find_first_not_of(" \t\r\n") == std::string::npos && c.content != directory) {
+                // an empty file holds nothing to keep: it is the one broken file persist may
+                // replace
+                if (c.content.find_first_not_of(" \t\r\n") == std::string::npos &&
+                    c.content != directory) {
                     CHECK_FALSE(threw);
                     continue;
                 }
@@ -310,16 +341,21 @@ TEST_CASE("bad configuration found later: a broken file is not overwritten by co
                 CHECK(store.current().retry.enabled);  // the failed write changed nothing
             } else {
                 // auth.json: a usage limit after the file broke is kept in memory, not written
-                write_file(file, R"({"openai":[{"type":"api_key","key":"sk-1"},{"type":"api_key","key":"sk-2"}]})");
+                write_file(
+                    file,
+                    R"({"openai":[{"type":"api_key","key":"sk-1"},{"type":"api_key","key":"sk-2"}]})");
                 std::ostringstream log;
-                auto logger = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
-                file_auth_storage auth(file, [] { return std::int64_t{1'700'000'000'000}; }, logger);
+                auto logger = std::make_shared<spdlog::logger>(
+                    "auth", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+                file_auth_storage auth(
+                    file, [] { return std::int64_t{1'700'000'000'000}; }, logger);
                 REQUIRE(auth.api_key("openai", "s1") == "sk-1");
                 fs::remove(file);
                 make_file(dir.path, c);
                 const auto before = listing(dir.path);
                 const std::string text = c.content == directory ? "" : read_text(file);
-                CHECK(auth.mark_usage_limit_reached("openai", "s1", 1000));  // switched to sk-2 in memory
+                CHECK(auth.mark_usage_limit_reached("openai", "s1",
+                                                    1000));  // switched to sk-2 in memory
                 CHECK(auth.api_key("openai", "s1") == "sk-2");
                 CHECK(listing(dir.path) == before);
                 if (c.content != directory) CHECK(read_text(file) == text);
@@ -329,17 +365,21 @@ TEST_CASE("bad configuration found later: a broken file is not overwritten by co
     }
 }
 
-TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.json keeps them", "[config]") {
+TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.json keeps them",
+          "[config]") {
     temp_dir dir;
     SECTION("settings.json") {
         const fs::path file = dir.path / "settings.json";
-        write_file(file, R"({"retry":{"enabled":true,"provider":"x"},"quietStartup":true,"theme":{"name":"dark"}})");
+        write_file(
+            file,
+            R"({"retry":{"enabled":true,"provider":"x"},"quietStartup":true,"theme":{"name":"dark"}})");
         auto store = settings_store::load(file, dir.path / "project" / "settings.json");
         std::vector<std::string> keys;
         for (const auto& w : store.warnings()) {
             keys.push_back(w.key);
             CHECK(w.file == file.string());
-            CHECK(w.message() == file.string() + ": unknown key \"" + w.key + "\" (kept, not used)");
+            CHECK(w.message() ==
+                  file.string() + ": unknown key \"" + w.key + "\" (kept, not used)");
         }
         CHECK(keys == std::vector<std::string>{"retry.provider", "quietStartup", "theme"});
         store.persist_global("retry.enabled", json::value(false));
@@ -350,17 +390,22 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
         CHECK(v.at("theme").at("name") == "dark");
 
         // and through coagent: one warning line per unknown key, then the prompt runs
-        const auto r = run_coagent(dir.path, "-p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
+        const auto r =
+            run_coagent(dir.path, "-p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
         CHECK(r.exit_code == 0);
         CHECK(r.out == "ok\n");
-        CHECK(r.err == "warning: " + file.string() + ": unknown key \"retry.provider\" (kept, not used)\n" +
-                           "warning: " + file.string() + ": unknown key \"quietStartup\" (kept, not used)\n" +
-                           "warning: " + file.string() + ": unknown key \"theme\" (kept, not used)\n");
+        CHECK(r.err ==
+              "warning: " + file.string() + ": unknown key \"retry.provider\" (kept, not used)\n" +
+                  "warning: " + file.string() +
+                  ": unknown key \"quietStartup\" (kept, not used)\n" +
+                  "warning: " + file.string() + ": unknown key \"theme\" (kept, not used)\n");
     }
     SECTION("auth.json: other credential types and unknown fields survive a rewrite") {
         const fs::path file = dir.path / "auth.json";
-        write_file(file, R"({"openai":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2"}],)"
-                         R"("anthropic":{"type":"oauth","refresh":"r","expires":1},"note":{"type":"other"}})");
+        write_file(
+            file,
+            R"({"openai":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2"}],)"
+            R"("anthropic":{"type":"oauth","refresh":"r","expires":1},"note":{"type":"other"}})");
         file_auth_storage auth(file, [] { return std::int64_t{1'700'000'000'000}; });
         REQUIRE(auth.api_key("openai", "s1") == "sk-1");
         CHECK(auth.mark_usage_limit_reached("openai", "s1", 1000));
@@ -372,18 +417,23 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
     }
 }
 
-TEST_CASE("fixed finding 4: models.json and auth.json warn once per unknown key and keep it", "[config]") {
+TEST_CASE("fixed finding 4: models.json and auth.json warn once per unknown key and keep it",
+          "[config]") {
     temp_dir dir;
     write_file(dir.path / "settings.json", R"({"retry":{"enabled":false}})");
     const fs::path models = dir.path / "models.json";
     // the reference agent's keys coagent does not use (compat, cost, reasoning, input) are not
     // warned about; a typo is
-    write_file(models, R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions",)"
-                       R"("compat":{},"timeoutMs":5,"models":[{"id":"m1","cost":{},"reasoning":true,"contextWindw":9},)"
-                       R"({"id":"m2","contextWindw":9}]}},"version":2,"providers2":{}})");
+    write_file(
+        models,
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:1/v1","api":"openai-completions",)"
+        R"("compat":{},"timeoutMs":5,"models":[{"id":"m1","cost":{},"reasoning":true,"contextWindw":9},)"
+        R"({"id":"m2","contextWindw":9}]}},"version":2,"providers2":{}})");
     const fs::path auth = dir.path / "auth.json";
-    write_file(auth, R"({"local":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2","label":"x"}],)"
-                     R"("anthropic":{"type":"oauth","refresh":"r","expires":1}})");
+    write_file(
+        auth,
+        R"({"local":[{"type":"api_key","key":"sk-1","label":"work"},{"type":"api_key","key":"sk-2","label":"x"}],)"
+        R"("anthropic":{"type":"oauth","refresh":"r","expires":1}})");
 
     const auto c = models_config::load(models);
     std::vector<std::string> keys;
@@ -402,7 +452,8 @@ TEST_CASE("fixed finding 4: models.json and auth.json warn once per unknown key 
         keys.push_back(w.key);
         CHECK(w.file == auth.string());
     }
-    CHECK(keys == std::vector<std::string>{"local[0].label", "local[1].label"});  // oauth: not coagent's
+    CHECK(keys ==
+          std::vector<std::string>{"local[0].label", "local[1].label"});  // oauth: not coagent's
     REQUIRE(a.api_key("local", "s1") == "sk-1");
     CHECK(a.mark_usage_limit_reached("local", "s1", 1000));
     const auto v = json::parse(read_text(auth)).as_object();
@@ -411,13 +462,15 @@ TEST_CASE("fixed finding 4: models.json and auth.json warn once per unknown key 
     // coagent prints them, one line each, before anything else (the prompt then fails: no server)
     const auto r = run_coagent(dir.path, "-p hi --no-session --provider local");
     const std::string w = "warning: ";
-    CHECK(r.err.starts_with(w + models.string() + ": unknown key \"version\" (kept, not used)\n" + w + models.string() +
-                            ": unknown key \"providers2\" (kept, not used)\n" + w + models.string() +
-                            ": unknown key \"providers.local.timeoutMs\" (kept, not used)\n" + w + models.string() +
-                            ": unknown key \"providers.local.models[0].contextWindw\" (kept, not used)\n" + w +
-                            models.string() + ": unknown key \"providers.local.models[1].contextWindw\" (kept, not used)\n" +
-                            w + auth.string() + ": unknown key \"local[0].label\" (kept, not used)\n" + w + auth.string() +
-                            ": unknown key \"local[1].label\" (kept, not used)\n"));
+    CHECK(r.err.starts_with(
+        w + models.string() + ": unknown key \"version\" (kept, not used)\n" + w + models.string() +
+        ": unknown key \"providers2\" (kept, not used)\n" + w + models.string() +
+        ": unknown key \"providers.local.timeoutMs\" (kept, not used)\n" + w + models.string() +
+        ": unknown key \"providers.local.models[0].contextWindw\" (kept, not used)\n" + w +
+        models.string() +
+        ": unknown key \"providers.local.models[1].contextWindw\" (kept, not used)\n" + w +
+        auth.string() + ": unknown key \"local[0].label\" (kept, not used)\n" + w + auth.string() +
+        ": unknown key \"local[1].label\" (kept, not used)\n"));
 }
 
 TEST_CASE("fixed bug: an unreadable models.json (here a directory) is an error naming the file",

@@ -73,11 +73,11 @@ constexpr bool known_bug_stale_abort_slot = false;  // fixed: sleep_for clears t
 
 /// Forwards to `inner` with an abort_signal of its own per request, linked to the session's.
 class fresh_abort_provider final : public provider {
-public:
+  public:
     explicit fresh_abort_provider(std::shared_ptr<provider> inner) : inner_(std::move(inner)) {}
     model_info model() const override { return inner_->model(); }
-    asio::awaitable<void> stream(const provider_request& req, message& out, stream_observer& observer,
-                                 abort_signal& abort) override {
+    asio::awaitable<void> stream(const provider_request& req, message& out,
+                                 stream_observer& observer, abort_signal& abort) override {
         abort_signal own;
         if (abort.requested()) own.request();
         abort.slot().assign([&own](asio::cancellation_type) { own.request(); });
@@ -85,7 +85,7 @@ public:
         abort.slot().clear();
     }
 
-private:
+  private:
     std::shared_ptr<provider> inner_;
 };
 
@@ -125,7 +125,7 @@ struct action {
     std::int64_t at_ms = 0;
     kind type = kind::prompt;
     streaming_behavior behavior = streaming_behavior::none;
-    bool enabled = true;  // set_auto_retry
+    bool enabled = true;       // set_auto_retry
     std::uint64_t target = 0;  // cancel: which prompt (modulo the prompts sent so far)
     asio::cancellation_type cancel_type = asio::cancellation_type::terminal;
 };
@@ -150,9 +150,11 @@ json::object random_step(std::mt19937_64& rng) {
     if (r < 30) {
         static constexpr const char* retryable[] = {
             "503 Service Unavailable: upstream overloaded", "overloaded_error: Overloaded",
-            "Connection error.", "429 Too Many Requests retry-after-ms=7", "500 Internal Server Error"};
+            "Connection error.", "429 Too Many Requests retry-after-ms=7",
+            "500 Internal Server Error"};
         s["error"] = pick(rng, retryable);
-        if (rng() % 2) s["status"] = std::string_view(s["error"].as_string()).starts_with("429") ? 429 : 503;
+        if (rng() % 2)
+            s["status"] = std::string_view(s["error"].as_string()).starts_with("429") ? 429 : 503;
     } else if (r < 36) {
         s["error"] = "You have reached your usage limit. Please try again in 0.02s";
     } else if (r < 43) {
@@ -168,13 +170,18 @@ json::object random_step(std::mt19937_64& rng) {
         call["arguments"] = json::object{{"n", static_cast<std::int64_t>(rng() % 100)}};
         s["toolCall"] = std::move(call);
     } else {
-        static constexpr const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
+        static constexpr const char* words[] = {"alpha", "beta",    "gamma",
+                                                "delta", "epsilon", "zeta"};
         std::string text;
-        for (auto n = 1 + rng() % 6; n > 0; --n) text += std::string(text.empty() ? "" : " ") + pick(rng, words);
+        for (auto n = 1 + rng() % 6; n > 0; --n)
+            text += std::string(text.empty() ? "" : " ") + pick(rng, words);
         s["text"] = text;
         const auto u = rng() % 10;
-        if (u == 0) s["usage"] = json::object{{"input", 130000}, {"output", 10}};  // silent overflow at 128k
-        if (u == 1) s["usage"] = json::object{{"input", 120000}, {"output", 10}};  // over the threshold
+        if (u == 0)
+            s["usage"] =
+                json::object{{"input", 130000}, {"output", 10}};  // silent overflow at 128k
+        if (u == 1)
+            s["usage"] = json::object{{"input", 120000}, {"output", 10}};  // over the threshold
     }
     static constexpr std::int64_t delays[] = {0, 0, 0, 2, 10};
     static constexpr std::int64_t stalls[] = {0, 0, 0, 0, 5, 30};
@@ -220,8 +227,8 @@ schedule make_schedule(std::uint64_t seed) {
         const auto k = rng() % 100;
         if (k < 35) {
             a.type = action::kind::prompt;
-            static constexpr streaming_behavior behaviors[] = {streaming_behavior::none, streaming_behavior::steer,
-                                                               streaming_behavior::follow_up};
+            static constexpr streaming_behavior behaviors[] = {
+                streaming_behavior::none, streaming_behavior::steer, streaming_behavior::follow_up};
             a.behavior = pick(rng, behaviors);
         } else if (k < 50) {
             a.type = action::kind::abort;
@@ -230,8 +237,9 @@ schedule make_schedule(std::uint64_t seed) {
         } else if (k < 85) {
             a.type = action::kind::cancel;
             a.target = rng();
-            static constexpr asio::cancellation_type types[] = {
-                asio::cancellation_type::terminal, asio::cancellation_type::partial, asio::cancellation_type::total};
+            static constexpr asio::cancellation_type types[] = {asio::cancellation_type::terminal,
+                                                                asio::cancellation_type::partial,
+                                                                asio::cancellation_type::total};
             a.cancel_type = pick(rng, types);
         } else {
             a.type = action::kind::set_auto_retry;
@@ -239,25 +247,33 @@ schedule make_schedule(std::uint64_t seed) {
         }
         s.actions.push_back(a);
     }
-    std::stable_sort(s.actions.begin(), s.actions.end(), [](const action& a, const action& b) { return a.at_ms < b.at_ms; });
+    std::stable_sort(s.actions.begin(), s.actions.end(),
+                     [](const action& a, const action& b) { return a.at_ms < b.at_ms; });
     return s;
 }
 
 std::string_view name_of(streaming_behavior b) {
     switch (b) {
-        case streaming_behavior::none: return "none";
-        case streaming_behavior::steer: return "steer";
-        case streaming_behavior::follow_up: return "followUp";
+        case streaming_behavior::none:
+            return "none";
+        case streaming_behavior::steer:
+            return "steer";
+        case streaming_behavior::follow_up:
+            return "followUp";
     }
     return "?";
 }
 
 std::string action_name(const action& a) {
     switch (a.type) {
-        case action::kind::prompt: return "prompt(" + std::string(name_of(a.behavior)) + ")";
-        case action::kind::abort: return "abort";
-        case action::kind::abort_retry: return "abort_retry";
-        case action::kind::set_auto_retry: return std::string("set_auto_retry(") + (a.enabled ? "true" : "false") + ")";
+        case action::kind::prompt:
+            return "prompt(" + std::string(name_of(a.behavior)) + ")";
+        case action::kind::abort:
+            return "abort";
+        case action::kind::abort_retry:
+            return "abort_retry";
+        case action::kind::set_auto_retry:
+            return std::string("set_auto_retry(") + (a.enabled ? "true" : "false") + ")";
         case action::kind::cancel: {
             const char* t = a.cancel_type == asio::cancellation_type::terminal  ? "terminal"
                             : a.cancel_type == asio::cancellation_type::partial ? "partial"
@@ -271,12 +287,14 @@ std::string action_name(const action& a) {
 std::string describe(const schedule& s) {
     std::ostringstream o;
     const auto& r = s.cfg.retry;
-    o << "  settings: retry.enabled=" << r.enabled << " maxRetries=" << r.max_retries << " baseDelayMs=" << r.base_delay_ms
-      << " honorRetryAfter=" << r.honor_retry_after << " maxDelayMs=" << r.max_delay_ms
-      << " compaction.enabled=" << s.cfg.compaction.enabled << " reserveTokens=" << s.cfg.compaction.reserve_tokens
+    o << "  settings: retry.enabled=" << r.enabled << " maxRetries=" << r.max_retries
+      << " baseDelayMs=" << r.base_delay_ms << " honorRetryAfter=" << r.honor_retry_after
+      << " maxDelayMs=" << r.max_delay_ms << " compaction.enabled=" << s.cfg.compaction.enabled
+      << " reserveTokens=" << s.cfg.compaction.reserve_tokens
       << " keepRecentTokens=" << s.cfg.compaction.keep_recent_tokens
-      << " streamIdleTimeoutMs=" << s.cfg.provider.stream_idle_timeout_ms << " contextWindow=" << s.context_window
-      << " sessionFile=" << s.session_file << "\n  script: " << s.script << "\n  actions:";
+      << " streamIdleTimeoutMs=" << s.cfg.provider.stream_idle_timeout_ms
+      << " contextWindow=" << s.context_window << " sessionFile=" << s.session_file
+      << "\n  script: " << s.script << "\n  actions:";
     for (const auto& a : s.actions) o << " @" << a.at_ms << ":" << action_name(a);
     return o.str();
 }
@@ -287,39 +305,40 @@ struct prompt_record {
     streaming_behavior behavior = streaming_behavior::none;
     std::size_t events_at_call = 0;
     std::size_t events_at_done = 0;
-    int aborts_at_call = 0;            // abort() calls before this prompt was sent
-    bool queued_after_abort = false;   // sent while busy, after an abort() of that busy period
-    int abort_retries_at_call = 0;     // abort_retry() calls before this prompt was sent
-    bool cancelled = false;            // a terminal or partial cancellation was emitted to it
-    std::optional<std::size_t> period; // the busy period it started
-    std::optional<std::size_t> ran_at; // event index of its user message_end, if it ran
+    int aborts_at_call = 0;             // abort() calls before this prompt was sent
+    bool queued_after_abort = false;    // sent while busy, after an abort() of that busy period
+    int abort_retries_at_call = 0;      // abort_retry() calls before this prompt was sent
+    bool cancelled = false;             // a terminal or partial cancellation was emitted to it
+    std::optional<std::size_t> period;  // the busy period it started
+    std::optional<std::size_t> ran_at;  // event index of its user message_end, if it ran
     std::optional<prompt_result> result;
 };
 
 /// A busy period: from its first agent_start to its agent_settled.
 struct period_record {
-    std::size_t start = 0;                 // event index of its first agent_start
-    std::optional<std::size_t> settled;    // event index of its agent_settled
-    std::optional<std::size_t> primary;    // the prompt whose user message came first
+    std::size_t start = 0;               // event index of its first agent_start
+    std::optional<std::size_t> settled;  // event index of its agent_settled
+    std::optional<std::size_t> primary;  // the prompt whose user message came first
 };
 
 struct stats {
-    std::uint64_t schedules = 0, prompts = 0, refused = 0, requests = 0, events = 0, retry_chains = 0,
-                  compactions = 0, aborts = 0, virtual_ms = 0;
+    std::uint64_t schedules = 0, prompts = 0, refused = 0, requests = 0, events = 0,
+                  retry_chains = 0, compactions = 0, aborts = 0, virtual_ms = 0;
 };
 
 class chaos_run {
-public:
+  public:
     chaos_run(const schedule& s, bool trace, bool guard_abort = known_bug_stale_abort_slot)
         : s_(s), trace_(trace), guard_abort_(guard_abort) {}
 
     std::vector<std::string> run(stats& st);
     const std::string& trace() const noexcept { return log_; }
 
-private:
+  private:
     void on_event(const event& e);
     void violation(std::string what) {
-        if (violations_.size() < 8) violations_.push_back("@" + std::to_string(now_ms_) + "ms: " + std::move(what));
+        if (violations_.size() < 8)
+            violations_.push_back("@" + std::to_string(now_ms_) + "ms: " + std::move(what));
     }
     void run_ready();
     void sample();
@@ -360,19 +379,24 @@ std::string brief(const event& e) {
     std::visit(
         [&](const auto& ev) {
             using T = std::decay_t<decltype(ev)>;
-            if constexpr (std::is_same_v<T, message_start_event> || std::is_same_v<T, message_end_event>) {
+            if constexpr (std::is_same_v<T, message_start_event> ||
+                          std::is_same_v<T, message_end_event>) {
                 t += ":" + std::string(to_string(ev.message->role));
                 if constexpr (std::is_same_v<T, message_end_event>)
-                    if (ev.message->role == message_role::assistant) t += ":" + std::string(to_string(ev.message->stop));
+                    if (ev.message->role == message_role::assistant)
+                        t += ":" + std::string(to_string(ev.message->stop));
             } else if constexpr (std::is_same_v<T, agent_end_event>) {
                 t += ev.will_retry ? "{retry}" : "{final}";
             } else if constexpr (std::is_same_v<T, auto_retry_start_event>) {
-                t += "{" + std::to_string(ev.attempt) + ",delay=" + std::to_string(ev.delay_ms) + "}";
+                t += "{" + std::to_string(ev.attempt) + ",delay=" + std::to_string(ev.delay_ms) +
+                     "}";
             } else if constexpr (std::is_same_v<T, auto_retry_end_event>) {
-                t += std::string("{") + (ev.success ? "ok," : "fail,") + std::to_string(ev.attempt) +
+                t += std::string("{") + (ev.success ? "ok," : "fail,") +
+                     std::to_string(ev.attempt) +
                      (ev.final_error ? "," + *ev.final_error : std::string()) + "}";
             } else if constexpr (std::is_same_v<T, compaction_end_event>) {
-                t += "{" + ev.reason + (ev.will_retry ? ",continue" : "") + (ev.aborted ? ",aborted" : "") + "}";
+                t += "{" + ev.reason + (ev.will_retry ? ",continue" : "") +
+                     (ev.aborted ? ",aborted" : "") + "}";
             }
         },
         e);
@@ -382,7 +406,8 @@ std::string brief(const event& e) {
 void chaos_run::on_event(const event& e) {
     const std::string b = brief(e);
     event_types_.push_back(b);
-    if (trace_ && !std::holds_alternative<message_update_event>(e)) log_ += "    @" + std::to_string(now_ms_) + " " + b + "\n";
+    if (trace_ && !std::holds_alternative<message_update_event>(e))
+        log_ += "    @" + std::to_string(now_ms_) + " " + b + "\n";
 
     if (expect_start_ && !std::holds_alternative<auto_retry_start_event>(e))
         violation("agent_end{willRetry:true} not followed by auto_retry_start but by " + b);
@@ -392,7 +417,8 @@ void chaos_run::on_event(const event& e) {
         in_period_ = true;
         periods_.push_back({event_types_.size() - 1, std::nullopt, std::nullopt});
     }
-    if (const auto* m = std::get_if<message_end_event>(&e); m && m->message->role == message_role::user) {
+    if (const auto* m = std::get_if<message_end_event>(&e);
+        m && m->message->role == message_role::user) {
         const std::string text = text_of(*m->message);
         if (text.starts_with("prompt #")) {
             const auto k = static_cast<std::size_t>(std::stoul(text.substr(8)));
@@ -401,7 +427,8 @@ void chaos_run::on_event(const event& e) {
             p.ran_at = event_types_.size() - 1;
             if (p.result && !(known_bug_abort_retry_leaves_queue && abort_retries_called_ > 0) &&
                 !(known_bug_queued_after_abort && p.queued_after_abort))
-                violation("prompt #" + std::to_string(k) + "'s message ran after the prompt completed");
+                violation("prompt #" + std::to_string(k) +
+                          "'s message ran after the prompt completed");
             if (!periods_.empty() && !periods_.back().primary && !periods_.back().settled) {
                 periods_.back().primary = k;
                 p.period = periods_.size() - 1;
@@ -412,7 +439,8 @@ void chaos_run::on_event(const event& e) {
         // persisted before any listener sees its message_end
         const auto& entries = session_->history().entries();
         bool found = false;
-        for (auto it = entries.rbegin(); it != entries.rend() && !found; ++it) found = it->msg == m->message;
+        for (auto it = entries.rbegin(); it != entries.rend() && !found; ++it)
+            found = it->msg == m->message;
         if (!found) violation("message_end of a message that is not in the history: " + b);
         ended_.push_back(m->message);
     } else if (const auto* a = std::get_if<agent_end_event>(&e)) {
@@ -425,25 +453,32 @@ void chaos_run::on_event(const event& e) {
     } else if (std::holds_alternative<turn_end_event>(e)) {
         if (--turn_depth_ != 0) violation("turn_end without turn_start");
     } else if (const auto* st = std::get_if<auto_retry_start_event>(&e)) {
-        if (!chain_open_ && st->attempt != 1) violation("a retry chain started at attempt " + std::to_string(st->attempt));
+        if (!chain_open_ && st->attempt != 1)
+            violation("a retry chain started at attempt " + std::to_string(st->attempt));
         if (chain_open_ && st->attempt != last_attempt_ + 1)
-            violation("attempt " + std::to_string(st->attempt) + " after attempt " + std::to_string(last_attempt_));
-        if (st->max_attempts != s_.cfg.retry.max_retries) violation("maxAttempts is not retry.maxRetries");
+            violation("attempt " + std::to_string(st->attempt) + " after attempt " +
+                      std::to_string(last_attempt_));
+        if (st->max_attempts != s_.cfg.retry.max_retries)
+            violation("maxAttempts is not retry.maxRetries");
         if (st->delay_ms < 0) violation("negative delay");
         if (!chain_open_) ++chains_;
         chain_open_ = true;
         last_attempt_ = st->attempt;
     } else if (const auto* en = std::get_if<auto_retry_end_event>(&e)) {
         if (chain_open_ && en->attempt != last_attempt_)
-            violation("auto_retry_end attempt " + std::to_string(en->attempt) + " after start " + std::to_string(last_attempt_));
-        if (!chain_open_ && (en->attempt != 0 || en->success)) violation("auto_retry_end without auto_retry_start: " + b);
+            violation("auto_retry_end attempt " + std::to_string(en->attempt) + " after start " +
+                      std::to_string(last_attempt_));
+        if (!chain_open_ && (en->attempt != 0 || en->success))
+            violation("auto_retry_end without auto_retry_start: " + b);
         if (en->success) {
             // right after the successful reply's message_end; inside a compaction the
             // summariser's retried request succeeds without a published message
-            const auto& prev = event_types_.size() >= 2 ? event_types_[event_types_.size() - 2] : std::string();
-            if (!compacting_ &&
-                (!prev.starts_with("message_end:assistant:") || prev.ends_with(":error") || prev.ends_with(":aborted")))
-                violation("auto_retry_end{success} not right after a successful reply (after " + prev + ")");
+            const auto& prev =
+                event_types_.size() >= 2 ? event_types_[event_types_.size() - 2] : std::string();
+            if (!compacting_ && (!prev.starts_with("message_end:assistant:") ||
+                                 prev.ends_with(":error") || prev.ends_with(":aborted")))
+                violation("auto_retry_end{success} not right after a successful reply (after " +
+                          prev + ")");
         } else if (!en->final_error || en->final_error->empty()) {
             violation("auto_retry_end{success:false} without finalError");
         }
@@ -460,14 +495,18 @@ void chaos_run::on_event(const event& e) {
         compacting_ = false;
     } else if (std::holds_alternative<agent_settled_event>(e)) {
         ++settled_;
-        if (!in_period_ || periods_.empty()) violation("agent_settled outside a busy period");
-        else periods_.back().settled = event_types_.size() - 1;
+        if (!in_period_ || periods_.empty())
+            violation("agent_settled outside a busy period");
+        else
+            periods_.back().settled = event_types_.size() - 1;
         in_period_ = false;
         aborted_in_period_ = false;
         if (chain_open_) violation("agent_settled with a retry chain still open");
-        if (session_->is_retrying() || session_->retry_attempt() != 0) violation("agent_settled while is_retrying()");
+        if (session_->is_retrying() || session_->retry_attempt() != 0)
+            violation("agent_settled while is_retrying()");
         if (session_->is_busy()) violation("agent_settled while busy");
-        if (agent_depth_ != 0 || turn_depth_ != 0 || compacting_) violation("agent_settled inside a run, turn or compaction");
+        if (agent_depth_ != 0 || turn_depth_ != 0 || compacting_)
+            violation("agent_settled inside a run, turn or compaction");
     }
 }
 
@@ -476,9 +515,9 @@ void chaos_run::sample() {
     // 0 when idle. (Between a retried attempt's successful message_end and its agent_end the
     // chain has ended but the machine keeps is_retrying() until agent_end: documented.)
     if (chain_open_ && (!session_->is_retrying() || session_->retry_attempt() != last_attempt_))
-        violation("is_retrying()/retry_attempt() = " + std::to_string(session_->is_retrying()) + "/" +
-                  std::to_string(session_->retry_attempt()) + " during an open chain at attempt " +
-                  std::to_string(last_attempt_));
+        violation("is_retrying()/retry_attempt() = " + std::to_string(session_->is_retrying()) +
+                  "/" + std::to_string(session_->retry_attempt()) +
+                  " during an open chain at attempt " + std::to_string(last_attempt_));
     if (!session_->is_busy() && (session_->is_retrying() || session_->retry_attempt() != 0))
         violation("is_retrying() while idle");
 }
@@ -510,8 +549,9 @@ void chaos_run::on_done(std::size_t index, std::exception_ptr e, prompt_result r
     p.events_at_done = event_types_.size();
     p.result = std::move(r);
     if (trace_)
-        log_ += "    @" + std::to_string(now_ms_) + " prompt #" + std::to_string(index) + " completed: " +
-                std::to_string(static_cast<int>(p.result->outcome)) + " " + p.result->error + "\n";
+        log_ += "    @" + std::to_string(now_ms_) + " prompt #" + std::to_string(index) +
+                " completed: " + std::to_string(static_cast<int>(p.result->outcome)) + " " +
+                p.result->error + "\n";
 }
 
 void chaos_run::perform(const action& a) {
@@ -527,11 +567,12 @@ void chaos_run::perform(const action& a) {
             rec.abort_retries_at_call = abort_retries_called_;
             prompts_.push_back(rec);
             signals_.emplace_back();
-            session_->async_prompt("prompt #" + std::to_string(index), a.behavior,
-                                   asio::bind_cancellation_slot(signals_.back().slot(),
-                                                                [this, index](std::exception_ptr e, prompt_result r) {
-                                                                    on_done(index, std::move(e), std::move(r));
-                                                                }));
+            session_->async_prompt(
+                "prompt #" + std::to_string(index), a.behavior,
+                asio::bind_cancellation_slot(signals_.back().slot(),
+                                             [this, index](std::exception_ptr e, prompt_result r) {
+                                                 on_done(index, std::move(e), std::move(r));
+                                             }));
             break;
         }
         case action::kind::cancel: {
@@ -554,7 +595,9 @@ void chaos_run::perform(const action& a) {
             if (session_->is_compacting()) ++abort_retries_in_compaction_;
             session_->abort_retry();
             break;
-        case action::kind::set_auto_retry: session_->set_auto_retry_enabled(a.enabled); break;
+        case action::kind::set_auto_retry:
+            session_->set_auto_retry_enabled(a.enabled);
+            break;
     }
     run_ready();
 }
@@ -563,7 +606,8 @@ std::vector<std::string> chaos_run::run(stats& st) {
     manual_clock::reset();
     std::optional<fs::path> dir;
     if (s_.session_file) {
-        dir = fs::temp_directory_path() / ("coagent-chaos-" + std::to_string(::getpid()) + "-" + std::to_string(s_.seed));
+        dir = fs::temp_directory_path() /
+              ("coagent-chaos-" + std::to_string(::getpid()) + "-" + std::to_string(s_.seed));
         fs::remove_all(*dir);
     }
     std::shared_ptr<faux_provider> faux;
@@ -577,8 +621,9 @@ std::vector<std::string> chaos_run::run(stats& st) {
         faux = std::make_shared<faux_provider>(std::move(fo));
         session_options so;
         so.executor = io.get_executor();
-        so.model_provider = guard_abort_ ? std::shared_ptr<provider>(std::make_shared<fresh_abort_provider>(faux))
-                                         : std::shared_ptr<provider>(faux);
+        so.model_provider =
+            guard_abort_ ? std::shared_ptr<provider>(std::make_shared<fresh_abort_provider>(faux))
+                         : std::shared_ptr<provider>(faux);
         so.config = s_.cfg;
         so.clock = clock_kind::manual;
         so.now_ms = [] { return std::int64_t{1'700'000'000'000}; };
@@ -606,7 +651,8 @@ std::vector<std::string> chaos_run::run(stats& st) {
             return true;
         };
         for (now_ms_ = 0;; ++now_ms_) {
-            while (next < s_.actions.size() && s_.actions[next].at_ms <= now_ms_) perform(s_.actions[next++]);
+            while (next < s_.actions.size() && s_.actions[next].at_ms <= now_ms_)
+                perform(s_.actions[next++]);
             if (next == s_.actions.size() && all_done() && !session.is_busy()) break;
             if (now_ms_ >= cap_ms) {
                 violation("hang: a prompt never completed");
@@ -621,23 +667,29 @@ std::vector<std::string> chaos_run::run(stats& st) {
         std::size_t primaries = 0;
         for (std::size_t i = 0; i < prompts_.size(); ++i) {
             const auto& p = prompts_[i];
-            const std::string who = "prompt #" + std::to_string(i) + " (" + std::string(name_of(p.behavior)) + ")";
+            const std::string who =
+                "prompt #" + std::to_string(i) + " (" + std::string(name_of(p.behavior)) + ")";
             if (!p.result) continue;  // reported as a hang
             const auto& res = *p.result;
             using status = prompt_result::status;
             const bool refused = res.outcome == status::refused;
-            const bool cancelled_before_run = res.outcome == status::aborted && res.error == "Cancelled before it ran";
+            const bool cancelled_before_run =
+                res.outcome == status::aborted && res.error == "Cancelled before it ran";
             if (refused) {
                 ++st.refused;
-                if (p.behavior != streaming_behavior::none) violation(who + " refused although it could queue");
+                if (p.behavior != streaming_behavior::none)
+                    violation(who + " refused although it could queue");
                 if (p.ran_at) violation(who + " refused, but its message ran");
-                if (p.events_at_done != p.events_at_call) violation(who + ": refused, but events were emitted");
+                if (p.events_at_done != p.events_at_call)
+                    violation(who + ": refused, but events were emitted");
                 continue;
             }
             if (cancelled_before_run) {
-                if (!p.cancelled) violation(who + " \"Cancelled before it ran\" without a cancellation");
+                if (!p.cancelled)
+                    violation(who + " \"Cancelled before it ran\" without a cancellation");
                 if (p.ran_at) violation(who + " cancelled before it ran, but its message ran");
-                if (p.period) violation(who + " cancelled before it ran, but it started a busy period");
+                if (p.period)
+                    violation(who + " cancelled before it ran, but it started a busy period");
                 continue;
             }
             if (p.period) {
@@ -648,13 +700,16 @@ std::vector<std::string> chaos_run::run(stats& st) {
                 if (!period.settled) {
                     violation(who + " completed, but its busy period never settled");
                 } else if (*period.settled + 1 != p.events_at_done) {
-                    violation(who + " completed " + std::to_string(p.events_at_done - *period.settled - 1) +
+                    violation(who + " completed " +
+                              std::to_string(p.events_at_done - *period.settled - 1) +
                               " events after its agent_settled");
                 }
             } else {
-                if (p.behavior == streaming_behavior::none) violation(who + " neither refused nor run");
+                if (p.behavior == streaming_behavior::none)
+                    violation(who + " neither refused nor run");
                 // queued: completes right at an agent_settled that came after it was sent
-                if (p.events_at_done == 0 || event_types_[p.events_at_done - 1] != "agent_settled" ||
+                if (p.events_at_done == 0 ||
+                    event_types_[p.events_at_done - 1] != "agent_settled" ||
                     p.events_at_done - 1 < p.events_at_call)
                     violation(who + " (queued) did not complete right at an agent_settled");
             }
@@ -662,11 +717,13 @@ std::vector<std::string> chaos_run::run(stats& st) {
             if (res.outcome == status::succeeded &&
                 (!res.last_assistant || is_failed_assistant(*res.last_assistant)))
                 violation(who + " succeeded without a successful reply");
-            if (res.outcome != status::succeeded && res.error.empty()) violation(who + " failed without an error text");
-            const bool known_abort_retry = (known_bug_abort_retry_result && abort_retries_called_ > p.abort_retries_at_call) ||
-                                           (known_bug_abort_retry_in_compaction && abort_retries_in_compaction_ > 0);
-            if (p.period && res.outcome == status::aborted && aborts_called_ == p.aborts_at_call && !any_cancel_ &&
-                !known_abort_retry)
+            if (res.outcome != status::succeeded && res.error.empty())
+                violation(who + " failed without an error text");
+            const bool known_abort_retry =
+                (known_bug_abort_retry_result && abort_retries_called_ > p.abort_retries_at_call) ||
+                (known_bug_abort_retry_in_compaction && abort_retries_in_compaction_ > 0);
+            if (p.period && res.outcome == status::aborted && aborts_called_ == p.aborts_at_call &&
+                !any_cancel_ && !known_abort_retry)
                 violation(who + " aborted although nothing aborted or cancelled it");
             // a queued message that never ran was dropped: only by abort() (or by cancelling the
             // running prompt), and its prompt says so
@@ -678,18 +735,24 @@ std::vector<std::string> chaos_run::run(stats& st) {
             }
         }
         if (static_cast<std::size_t>(settled_) != periods_.size() - (in_period_ ? 1 : 0))
-            violation(std::to_string(settled_) + " agent_settled for " + std::to_string(periods_.size()) + " busy periods");
+            violation(std::to_string(settled_) + " agent_settled for " +
+                      std::to_string(periods_.size()) + " busy periods");
         for (std::size_t k = 0; k < periods_.size(); ++k)
-            if (!periods_[k].primary) violation("busy period " + std::to_string(k) + " started without a prompt's message");
-        if (primaries != periods_.size()) violation(std::to_string(primaries) + " prompts started " +
-                                                    std::to_string(periods_.size()) + " busy periods");
+            if (!periods_[k].primary)
+                violation("busy period " + std::to_string(k) +
+                          " started without a prompt's message");
+        if (primaries != periods_.size())
+            violation(std::to_string(primaries) + " prompts started " +
+                      std::to_string(periods_.size()) + " busy periods");
         if (chain_open_) violation("a retry chain never ended");
 
         for (std::size_t i = 0; const auto& r : faux->requests()) {
             ++i;
             for (const auto& m : r.messages)
-                if (m.role == "assistant" && (m.stop_reason == "error" || m.stop_reason == "aborted"))
-                    violation("request " + std::to_string(i) + " carries an " + m.stop_reason + " assistant message");
+                if (m.role == "assistant" &&
+                    (m.stop_reason == "error" || m.stop_reason == "aborted"))
+                    violation("request " + std::to_string(i) + " carries an " + m.stop_reason +
+                              " assistant message");
         }
         // the history holds every message whose message_end was published
         for (const auto& m : ended_) {
@@ -703,7 +766,8 @@ std::vector<std::string> chaos_run::run(stats& st) {
         st.retry_chains += chains_;
         st.compactions += compactions_;
         for (const auto& a : s_.actions)
-            st.aborts += a.type == action::kind::abort || a.type == action::kind::abort_retry || a.type == action::kind::cancel;
+            st.aborts += a.type == action::kind::abort || a.type == action::kind::abort_retry ||
+                         a.type == action::kind::cancel;
         session_ = nullptr;
     }
     if (dir) {
@@ -717,12 +781,13 @@ std::vector<std::string> chaos_run::run(stats& st) {
                 auto loaded = session_history::load(files[0]);
                 const auto msgs = loaded.history.messages();
                 if (msgs.size() != ended_.size())
-                    violation("the session file has " + std::to_string(msgs.size()) + " messages, " +
-                              std::to_string(ended_.size()) + " were published");
+                    violation("the session file has " + std::to_string(msgs.size()) +
+                              " messages, " + std::to_string(ended_.size()) + " were published");
                 for (std::size_t i = 0; i < std::min(msgs.size(), ended_.size()); ++i)
                     if (msgs[i]->role != ended_[i]->role || msgs[i]->stop != ended_[i]->stop ||
                         text_of(*msgs[i]) != text_of(*ended_[i])) {
-                        violation("session file message " + std::to_string(i) + " differs from the published one");
+                        violation("session file message " + std::to_string(i) +
+                                  " differs from the published one");
                         break;
                     }
                 for (const auto& w : loaded.warnings) violation("session file warning: " + w);
@@ -764,7 +829,8 @@ seed_range seeds_from_env() {
 /// (with trace) the events. Returns the violations.
 std::vector<std::string> run_seed(std::uint64_t seed, bool trace, stats& st,
                                   bool guard_abort = known_bug_stale_abort_slot) {
-    if (const char* raw = std::getenv("COAGENT_CHAOS_RAW_FAUX"); raw && *raw == '1') guard_abort = false;
+    if (const char* raw = std::getenv("COAGENT_CHAOS_RAW_FAUX"); raw && *raw == '1')
+        guard_abort = false;
     const schedule s = make_schedule(seed);
     chaos_run r(s, trace, guard_abort);
     auto v = r.run(st);
@@ -772,7 +838,8 @@ std::vector<std::string> run_seed(std::uint64_t seed, bool trace, stats& st,
         std::ostringstream o;
         o << "chaos seed " << seed << (v.empty() ? ": ok" : ": INVARIANT VIOLATED") << "\n";
         for (const auto& x : v) o << "  - " << x << "\n";
-        o << "  reproduce: COAGENT_CHAOS_SEED=" << seed << " coagent_chaos_tests\n" << describe(s) << "\n";
+        o << "  reproduce: COAGENT_CHAOS_SEED=" << seed << " coagent_chaos_tests\n"
+          << describe(s) << "\n";
         if (trace) o << "  trace:\n" << r.trace();
         std::cerr << o.str() << std::flush;
     }
@@ -792,12 +859,14 @@ TEST_CASE("chaos: random schedules of faults and calls keep the session's invari
             if (failing.size() >= 10) break;  // enough to work on
         }
     }
-    const auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const auto secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::ostringstream summary;
-    summary << "chaos: seeds " << range.first << ".." << (range.first + st.schedules - 1) << ": " << st.schedules
-            << " schedules, " << st.prompts << " prompts (" << st.refused << " refused), " << st.requests
-            << " provider requests, " << st.retry_chains << " retry chains, " << st.compactions << " compactions, "
-            << st.aborts << " abort/abort_retry/cancel calls, " << st.events << " events, " << st.virtual_ms
+    summary << "chaos: seeds " << range.first << ".." << (range.first + st.schedules - 1) << ": "
+            << st.schedules << " schedules, " << st.prompts << " prompts (" << st.refused
+            << " refused), " << st.requests << " provider requests, " << st.retry_chains
+            << " retry chains, " << st.compactions << " compactions, " << st.aborts
+            << " abort/abort_retry/cancel calls, " << st.events << " events, " << st.virtual_ms
             << " virtual ms in " << secs << " s";
     std::cerr << summary.str() << "\n";
     std::ostringstream f;
@@ -816,7 +885,9 @@ TEST_CASE("fixed bug: sleep_for leaves no handler in the abort slot after the wa
     asio::io_context io;
     abort_signal abort;
     std::optional<bool> elapsed;
-    asio::co_spawn(io, sleep_for(io.get_executor(), clock_kind::manual, std::chrono::milliseconds(1), abort.slot()),
+    asio::co_spawn(io,
+                   sleep_for(io.get_executor(), clock_kind::manual, std::chrono::milliseconds(1),
+                             abort.slot()),
                    [&](std::exception_ptr, bool e) { elapsed = e; });
     io.poll();
     manual_clock::advance(std::chrono::milliseconds(1));
@@ -828,9 +899,12 @@ TEST_CASE("fixed bug: sleep_for leaves no handler in the abort slot after the wa
     CHECK_FALSE(abort.slot().has_handler());
 }
 
-TEST_CASE("fixed bug: abort_retry while a retried attempt streams reports a failed prompt, not aborted (seed 324)",
-          "[chaos][regression]") {
-    coagent::test::harness h(R"([{"error":"503 Service Unavailable","status":503},{"text":"late reply","delayMs":5000}])");
+TEST_CASE(
+    "fixed bug: abort_retry while a retried attempt streams reports a failed prompt, not aborted "
+    "(seed 324)",
+    "[chaos][regression]") {
+    coagent::test::harness h(
+        R"([{"error":"503 Service Unavailable","status":503},{"text":"late reply","delayMs":5000}])");
     h.prompt("hi");
     h.advance(std::chrono::milliseconds(2000));  // the retried attempt is in flight (5 s delay)
     REQUIRE(h.session->is_streaming());
@@ -843,8 +917,10 @@ TEST_CASE("fixed bug: abort_retry while a retried attempt streams reports a fail
     CHECK(h.result->error == "Retry cancelled");
 }
 
-TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queued follow-ups before settling (seed 3948)",
-          "[chaos][regression]") {
+TEST_CASE(
+    "fixed bug: abort_retry while a retried attempt streams runs the queued follow-ups before "
+    "settling (seed 3948)",
+    "[chaos][regression]") {
     coagent::test::harness h(
         R"([{"error":"503 Service Unavailable","status":503},{"text":"late reply","delayMs":5000},{"text":"one"},{"text":"two"}])");
     h.prompt("first");
@@ -863,15 +939,18 @@ TEST_CASE("fixed bug: abort_retry while a retried attempt streams runs the queue
     // ... so its message must not run afterwards, inside another prompt
     int ghost = 0;
     for (std::size_t i = settled_at; i < h.events.size(); ++i)
-        if (h.events[i].at("type") == "message_end" && h.events[i].at("message").at("role") == "user" &&
+        if (h.events[i].at("type") == "message_end" &&
+            h.events[i].at("message").at("role") == "user" &&
             h.events[i].at("message").at("content").at(0).at("text") == "queued follow-up")
             ++ghost;
     CHECK(ghost == 0);
     CHECK(h.session->pending_message_count() == 0);
 }
 
-TEST_CASE("fixed bug: abort_retry during the overflow compaction's retried summary request fails the compaction and the prompt, no abort (seed 5894)",
-          "[chaos][regression]") {
+TEST_CASE(
+    "fixed bug: abort_retry during the overflow compaction's retried summary request fails the "
+    "compaction and the prompt, no abort (seed 5894)",
+    "[chaos][regression]") {
     settings cfg;
     cfg.compaction.keep_recent_tokens = 0;
     coagent::test::harness h(R"([{"text":"first answer"},
@@ -904,9 +983,12 @@ TEST_CASE("fixed bug: abort_retry during the overflow compaction's retried summa
     CHECK(h.of("agent_settled").size() == 2);
 }
 
-TEST_CASE("fixed bug: a followUp sent after abort() but before the settle runs before the settle, not inside the next prompt (seed 29557)",
-          "[chaos][regression]") {
-    coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
+TEST_CASE(
+    "fixed bug: a followUp sent after abort() but before the settle runs before the settle, not "
+    "inside the next prompt (seed 29557)",
+    "[chaos][regression]") {
+    coagent::test::harness h(
+        R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
         {"text":"next answer"},{"text":"spare"}])");
     h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
                              [](json::object) -> asio::awaitable<tool_output> {
@@ -957,15 +1039,19 @@ TEST_CASE("fixed bug: a followUp sent after abort() but before the settle runs b
     // the late follow-up's message does not run again inside the next prompt
     int ghost = 0;
     for (std::size_t i = settled_at; i < h.events.size(); ++i)
-        if (h.events[i].at("type") == "message_end" && h.events[i].at("message").at("role") == "user" &&
+        if (h.events[i].at("type") == "message_end" &&
+            h.events[i].at("message").at("role") == "user" &&
             h.events[i].at("message").at("content").at(0).at("text") == "late follow-up")
             ++ghost;
     CHECK(ghost == 0);
 }
 
-TEST_CASE("abort() drops the follow-ups queued before it; one queued after it still runs before the settle",
-          "[chaos][regression]") {
-    coagent::test::harness h(R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},{"text":"spare"}])");
+TEST_CASE(
+    "abort() drops the follow-ups queued before it; one queued after it still runs before the "
+    "settle",
+    "[chaos][regression]") {
+    coagent::test::harness h(
+        R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},{"text":"spare"}])");
     h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
                              [](json::object) -> asio::awaitable<tool_output> {
                                  manual_timer t(co_await asio::this_coro::executor);
@@ -997,5 +1083,6 @@ TEST_CASE("abort() drops the follow-ups queued before it; one queued after it st
 TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",
           "[chaos][regression]") {
     stats st;
-    CHECK(run_seed(110, false, st, /*guard_abort=*/false).empty());  // prints the trace only on failure
+    CHECK(run_seed(110, false, st, /*guard_abort=*/false)
+              .empty());  // prints the trace only on failure
 }

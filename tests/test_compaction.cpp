@@ -43,8 +43,12 @@ struct temp_dir {
 
 }  // namespace
 
-TEST_CASE("plan_compaction keeps recent messages, cuts at a user message, carries a previous summary", "[compaction][plan]") {
-    auto user = [](std::string t) { return std::make_shared<message>(make_user_message(std::move(t))); };
+TEST_CASE(
+    "plan_compaction keeps recent messages, cuts at a user message, carries a previous summary",
+    "[compaction][plan]") {
+    auto user = [](std::string t) {
+        return std::make_shared<message>(make_user_message(std::move(t)));
+    };
     auto reply = [](std::string t) {
         auto m = std::make_shared<message>();
         m->role = message_role::assistant;
@@ -63,13 +67,15 @@ TEST_CASE("plan_compaction keeps recent messages, cuts at a user message, carrie
     CHECK(p->tokens_before == 6);
     CHECK_FALSE(plan_compaction(ctx, 1000));  // all fits: nothing to summarise
 
-    std::vector<message_ptr> again{user(summary_message_text("OLD")), user("eeee"), reply("ffff"), user("gggg")};
+    std::vector<message_ptr> again{user(summary_message_text("OLD")), user("eeee"), reply("ffff"),
+                                   user("gggg")};
     p = plan_compaction(again, 1);
     REQUIRE(p);
     CHECK(p->previous_summary == "OLD");
     CHECK(p->first_kept == 3);
     CHECK(p->to_summarize.size() == 2);  // the old summary is not summarised as a message
-    auto req = model_summarizer::build_request(compaction_request{"manual", *p, "keep names", {}, {}});
+    auto req =
+        model_summarizer::build_request(compaction_request{"manual", *p, "keep names", {}, {}});
     REQUIRE(req.messages.size() == 1);
     const auto body = text_of(*req.messages[0]);
     CHECK(body.find("OLD") != std::string::npos);
@@ -91,7 +97,8 @@ TEST_CASE("threshold test uses usage against window minus reserve", "[compaction
     CHECK_FALSE(over_threshold(r, m, s));  // unknown window
 }
 
-TEST_CASE("overflow -> summary request -> compacted context -> the turn continues once", "[compaction][overflow]") {
+TEST_CASE("overflow -> summary request -> compacted context -> the turn continues once",
+          "[compaction][overflow]") {
     harness h(overflow_script, keep(3));
     h.prompt("first question");
     REQUIRE(h.done());
@@ -101,10 +108,11 @@ TEST_CASE("overflow -> summary request -> compacted context -> the turn continue
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(brief(h.events) ==
-          strings{"agent_start", "turn_start", "message_start:user", "message_end:user", "message_start:assistant",
-                  "message_end:assistant:error", "turn_end", "agent_end{final}", "compaction_start",
-                  "compaction_end", "agent_start", "turn_start", "message_start:assistant",
-                  "message_end:assistant:stop", "turn_end", "agent_end{final}", "agent_settled"});
+          strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                  "message_start:assistant", "message_end:assistant:error", "turn_end",
+                  "agent_end{final}", "compaction_start", "compaction_end", "agent_start",
+                  "turn_start", "message_start:assistant", "message_end:assistant:stop", "turn_end",
+                  "agent_end{final}", "agent_settled"});
     CHECK(h.of("compaction_start")[0] == obj(R"({"type":"compaction_start","reason":"overflow"})"));
     auto end = h.of("compaction_end")[0];
     CHECK(end.at("willRetry") == true);
@@ -121,7 +129,8 @@ TEST_CASE("overflow -> summary request -> compacted context -> the turn continue
     CHECK(reqs[2].messages[0].text.find("[assistant] first answer") != std::string::npos);
     CHECK(reqs[2].messages[0].text.find("prompt is too long") == std::string::npos);
     // the continued request starts with the summary, then the kept messages
-    CHECK(texts(reqs[3]) == strings{"user:The conversation so far, summarized:\nSUM", "user:second"});
+    CHECK(texts(reqs[3]) ==
+          strings{"user:The conversation so far, summarized:\nSUM", "user:second"});
     // the compaction entry is in the history
     bool found = false;
     for (const auto& e : h.session->history().entries())
@@ -133,27 +142,34 @@ TEST_CASE("overflow -> summary request -> compacted context -> the turn continue
     CHECK(found);
 }
 
-TEST_CASE("a second overflow in the same prompt ends it with the recovery failure", "[compaction][overflow]") {
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"SUM"},{"error":"400 prompt is too long","status":400}])",
-              keep(0));
+TEST_CASE("a second overflow in the same prompt ends it with the recovery failure",
+          "[compaction][overflow]") {
+    harness h(
+        R"([{"error":"400 prompt is too long","status":400},{"text":"SUM"},{"error":"400 prompt is too long","status":400}])",
+        keep(0));
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::failed);
     auto ends = h.of("compaction_end");
     REQUIRE(ends.size() == 2);
     CHECK(ends[0].at("willRetry") == true);
-    CHECK(ends[1] == obj(R"({"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"Context overflow recovery failed after one compact-and-retry attempt. Try reducing the context (start a new session) or switching to a model with a larger context window."})"));
+    CHECK(
+        ends[1] ==
+        obj(R"({"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"Context overflow recovery failed after one compact-and-retry attempt. Try reducing the context (start a new session) or switching to a model with a larger context window."})"));
     CHECK(h.of("compaction_start").size() == 1);
     CHECK(h.requests().size() == 3);
 }
 
-TEST_CASE("threshold compaction after a successful turn, without continuing", "[compaction][threshold]") {
-    harness h(R"([{"text":"big reply","usage":{"input":120000,"output":10}},{"text":"SUM"}])", keep(0));
+TEST_CASE("threshold compaction after a successful turn, without continuing",
+          "[compaction][threshold]") {
+    harness h(R"([{"text":"big reply","usage":{"input":120000,"output":10}},{"text":"SUM"}])",
+              keep(0));
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 4, b.end()) == strings{"agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
+    CHECK(strings(b.end() - 4, b.end()) ==
+          strings{"agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
     CHECK(h.of("compaction_start")[0].at("reason") == "threshold");
     CHECK(h.of("compaction_end")[0].at("willRetry") == false);
     CHECK(h.requests().size() == 2);
@@ -161,10 +177,13 @@ TEST_CASE("threshold compaction after a successful turn, without continuing", "[
     CHECK(text_of(*h.session->messages()[0]) == "The conversation so far, summarized:\nSUM");
 }
 
-TEST_CASE("compaction.enabled false: no threshold compaction, overflow ends with its error", "[compaction]") {
+TEST_CASE("compaction.enabled false: no threshold compaction, overflow ends with its error",
+          "[compaction]") {
     settings s = keep(0);
     s.compaction.enabled = false;
-    harness h(R"([{"text":"big reply","usage":{"input":120000,"output":10}},{"error":"400 prompt is too long","status":400}])", s);
+    harness h(
+        R"([{"text":"big reply","usage":{"input":120000,"output":10}},{"error":"400 prompt is too long","status":400}])",
+        s);
     h.prompt("hi");
     REQUIRE(h.done());
     h.prompt("again");
@@ -173,8 +192,10 @@ TEST_CASE("compaction.enabled false: no threshold compaction, overflow ends with
     CHECK(h.result->outcome == prompt_result::status::failed);
 }
 
-TEST_CASE("silent overflow (usage above the window) compacts without continuing", "[compaction][overflow]") {
-    harness h(R"([{"text":"answer","usage":{"input":130000,"output":10}},{"text":"SUM"}])", keep(0));
+TEST_CASE("silent overflow (usage above the window) compacts without continuing",
+          "[compaction][overflow]") {
+    harness h(R"([{"text":"answer","usage":{"input":130000,"output":10}},{"text":"SUM"}])",
+              keep(0));
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(h.of("compaction_start")[0].at("reason") == "overflow");
@@ -183,8 +204,10 @@ TEST_CASE("silent overflow (usage above the window) compacts without continuing"
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("abort during compaction stops it cleanly: aborted, context unchanged, nothing persisted", "[compaction][abort]") {
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"SUM","delayMs":5000}])", keep(0));
+TEST_CASE("abort during compaction stops it cleanly: aborted, context unchanged, nothing persisted",
+          "[compaction][abort]") {
+    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"SUM","delayMs":5000}])",
+              keep(0));
     h.prompt("hi");
     CHECK(h.session->is_compacting());
     const auto before = h.session->messages();
@@ -202,9 +225,11 @@ TEST_CASE("abort during compaction stops it cleanly: aborted, context unchanged,
     for (const auto& e : h.session->history().entries()) CHECK(e.type != "compaction");
 }
 
-TEST_CASE("a retryable error during the summary request follows the retry policy", "[compaction][retry]") {
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"error":"503 overloaded","status":503},{"text":"SUM"},{"text":"done"}])",
-              keep(0));
+TEST_CASE("a retryable error during the summary request follows the retry policy",
+          "[compaction][retry]") {
+    harness h(
+        R"([{"error":"400 prompt is too long","status":400},{"error":"503 overloaded","status":503},{"text":"SUM"},{"text":"done"}])",
+        keep(0));
     h.prompt("hi");
     CHECK(h.of("auto_retry_start").size() == 1);
     CHECK(h.of("auto_retry_start")[0].at("delayMs") == 2000);
@@ -214,13 +239,16 @@ TEST_CASE("a retryable error during the summary request follows the retry policy
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     auto b = brief(h.events);
     CHECK(strings(b.begin() + 8, b.begin() + 12) ==
-          strings{"compaction_start", "auto_retry_start{1}", "auto_retry_end{ok,1}", "compaction_end"});
+          strings{"compaction_start", "auto_retry_start{1}", "auto_retry_end{ok,1}",
+                  "compaction_end"});
     CHECK(h.requests().size() == 4);
 }
 
-TEST_CASE("abort_retry during the summary request's backoff fails the compaction, not an abort", "[compaction][retry]") {
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"error":"503 overloaded","status":503},{"text":"SUM"}])",
-              keep(0));
+TEST_CASE("abort_retry during the summary request's backoff fails the compaction, not an abort",
+          "[compaction][retry]") {
+    harness h(
+        R"([{"error":"400 prompt is too long","status":400},{"error":"503 overloaded","status":503},{"text":"SUM"}])",
+        keep(0));
     h.prompt("hi");
     REQUIRE(h.session->is_compacting());
     REQUIRE(h.of("auto_retry_start").size() == 1);
@@ -257,7 +285,8 @@ TEST_CASE("manual compaction: only while idle, with custom instructions", "[comp
     REQUIRE(h.session->messages().size() == 1);
 }
 
-TEST_CASE("resume after a restart reproduces the same context; errored entries stay in the file", "[compaction][resume]") {
+TEST_CASE("resume after a restart reproduces the same context; errored entries stay in the file",
+          "[compaction][resume]") {
     temp_dir dir;
     fs::path file;
     strings context_before;
@@ -268,7 +297,8 @@ TEST_CASE("resume after a restart reproduces the same context; errored entries s
         REQUIRE(h.done());
         file = *h.session->history().file();
         for (const auto& m : h.session->messages())
-            if (!is_failed_assistant(*m)) context_before.push_back(std::string(to_string(m->role)) + ":" + text_of(*m));
+            if (!is_failed_assistant(*m))
+                context_before.push_back(std::string(to_string(m->role)) + ":" + text_of(*m));
     }
     {
         std::ifstream in(file);
@@ -276,7 +306,8 @@ TEST_CASE("resume after a restart reproduces the same context; errored entries s
         CHECK(all.find(R"("stopReason":"error")") != std::string::npos);
         CHECK(all.find(R"("type":"compaction")") != std::string::npos);
     }
-    harness h(R"([{"text":"third answer"}])", settings{}, [&](session_options& o) { o.resume_file = file; });
+    harness h(R"([{"text":"third answer"}])", settings{},
+              [&](session_options& o) { o.resume_file = file; });
     h.prompt("third");
     REQUIRE(h.done());
     auto reqs = h.requests();

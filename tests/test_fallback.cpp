@@ -18,7 +18,8 @@ using strings = std::vector<std::string>;
 namespace {
 
 constexpr std::int64_t t0 = 1'700'000'000'000;
-constexpr const char* usage_error = R"({"error":"429 You have reached your usage limit for this period","status":429})";
+constexpr const char* usage_error =
+    R"({"error":"429 You have reached your usage limit for this period","status":429})";
 
 retry_settings with_chains(fallback_chains chains) {
     retry_settings s;
@@ -30,7 +31,7 @@ const auto all_usable = [](std::string_view) { return true; };
 
 // A faux provider that answers as another provider/model.
 class named_provider final : public provider {
-public:
+  public:
     named_provider(std::string prov, std::string id, const std::string& script) {
         faux_options fo;
         fo.script = faux_script::parse(script, "<test>");
@@ -41,21 +42,22 @@ public:
         model_.id = std::move(id);
     }
     model_info model() const override { return model_; }
-    boost::asio::awaitable<void> stream(const provider_request& req, message& out, stream_observer& obs,
-                                        abort_signal& abort) override {
+    boost::asio::awaitable<void> stream(const provider_request& req, message& out,
+                                        stream_observer& obs, abort_signal& abort) override {
         return inner_->stream(req, out, obs, abort);
     }
     std::vector<faux_request> requests() const { return inner_->requests(); }
 
-private:
+  private:
     std::shared_ptr<faux_provider> inner_;
     model_info model_;
 };
 
 class test_catalog final : public model_catalog {
-public:
+  public:
     void add(std::shared_ptr<named_provider> p) { providers_.push_back(std::move(p)); }
-    std::shared_ptr<provider> resolve(std::string_view prov, std::string_view id, std::string& error) override {
+    std::shared_ptr<provider> resolve(std::string_view prov, std::string_view id,
+                                      std::string& error) override {
         ++resolves;
         for (const auto& p : providers_)
             if (p->model().provider == prov && p->model().id == id) return p;
@@ -69,7 +71,7 @@ public:
     }
     int resolves = 0;
 
-private:
+  private:
     std::vector<std::shared_ptr<named_provider>> providers_;
 };
 
@@ -80,8 +82,9 @@ struct fallback_fixture {
     std::int64_t now = t0;
     std::unique_ptr<harness> h;
 
-    fallback_fixture(const std::string& a_script, const std::string& b_script, const std::string& c_script,
-                     settings cfg, std::function<void(session_options&)> tweak = {}) {
+    fallback_fixture(const std::string& a_script, const std::string& b_script,
+                     const std::string& c_script, settings cfg,
+                     std::function<void(session_options&)> tweak = {}) {
         a = std::make_shared<named_provider>("a", "m1", a_script);
         b = std::make_shared<named_provider>("b", "m2", b_script);
         c = std::make_shared<named_provider>("c", "m3", c_script);
@@ -111,7 +114,8 @@ std::vector<std::string> user_texts(const std::vector<faux_request>& reqs) {
 
 // ---- the plain rules ----------------------------------------------------------------------
 
-TEST_CASE("model_fallback: the next usable entry of the chain that lists the current model", "[fallback]") {
+TEST_CASE("model_fallback: the next usable entry of the chain that lists the current model",
+          "[fallback]") {
     model_fallback f;
     const auto s = with_chains({{"fast", {"x/1", "y/2"}}, {"smart", {"a/m1", "b/m2", "c/m3"}}});
     auto sw = f.on_usage_limit("a/m1", std::nullopt, t0, s, all_usable);
@@ -121,7 +125,8 @@ TEST_CASE("model_fallback: the next usable entry of the chain that lists the cur
     CHECK(sw->role == "smart");
     CHECK(f.active());
     CHECK(f.primary() == "a/m1");
-    CHECK(f.suppressed_until("a/m1") == t0 + model_fallback::default_cooldown_ms);  // 60 s without a hint
+    CHECK(f.suppressed_until("a/m1") ==
+          t0 + model_fallback::default_cooldown_ms);  // 60 s without a hint
 
     // the fallback hits the limit too: the next one, the primary stays the primary
     sw = f.on_usage_limit("b/m2", 5000, t0 + 10, s, all_usable);
@@ -134,21 +139,27 @@ TEST_CASE("model_fallback: the next usable entry of the chain that lists the cur
     CHECK_FALSE(f.on_usage_limit("c/m3", std::nullopt, t0 + 20, s, all_usable));
 }
 
-TEST_CASE("model_fallback: the default role covers a model no chain lists; unusable entries are skipped", "[fallback]") {
+TEST_CASE(
+    "model_fallback: the default role covers a model no chain lists; unusable entries are skipped",
+    "[fallback]") {
     model_fallback f;
     const auto s = with_chains({{"other", {"x/1"}}, {"default", {"b/m2", "c/m3"}}});
-    auto sw = f.on_usage_limit("a/m1", 1000, t0, s, [](std::string_view sel) { return sel != "b/m2"; });
+    auto sw =
+        f.on_usage_limit("a/m1", 1000, t0, s, [](std::string_view sel) { return sel != "b/m2"; });
     REQUIRE(sw);
     CHECK(sw->to == "c/m3");
     CHECK(sw->role == "default");
 
     model_fallback none;
-    CHECK_FALSE(none.on_usage_limit("a/m1", 1000, t0, with_chains({{"other", {"x/1"}}}), all_usable));
+    CHECK_FALSE(
+        none.on_usage_limit("a/m1", 1000, t0, with_chains({{"other", {"x/1"}}}), all_usable));
     CHECK_FALSE(none.active());
-    CHECK_FALSE(none.on_usage_limit("a/m1", 1000, t0, retry_settings{}, all_usable));  // no chains: off
+    CHECK_FALSE(
+        none.on_usage_limit("a/m1", 1000, t0, retry_settings{}, all_usable));  // no chains: off
 }
 
-TEST_CASE("model_fallback: success is reported once; the primary comes back after its cooldown", "[fallback]") {
+TEST_CASE("model_fallback: success is reported once; the primary comes back after its cooldown",
+          "[fallback]") {
     model_fallback f;
     auto s = with_chains({{"default", {"b/m2"}}});
     REQUIRE(f.on_usage_limit("a/m1", 30'000, t0, s, all_usable));
@@ -174,29 +185,33 @@ TEST_CASE("model_fallback: success is reported once; the primary comes back afte
 
 TEST_CASE("model_fallback: a huge hint saturates instead of overflowing", "[fallback]") {
     model_fallback f;
-    REQUIRE(f.on_usage_limit("a/m1", std::numeric_limits<std::int64_t>::max(), t0, with_chains({{"default", {"b/m2"}}}),
-                             all_usable));
+    REQUIRE(f.on_usage_limit("a/m1", std::numeric_limits<std::int64_t>::max(), t0,
+                             with_chains({{"default", {"b/m2"}}}), all_usable));
     CHECK(f.suppressed_until("a/m1") == std::numeric_limits<std::int64_t>::max());
 }
 
 // ---- the session --------------------------------------------------------------------------
 
-TEST_CASE("usage limit with one credential and a fallback chain: switch at once, report success", "[fallback][session][usage-limit]") {
+TEST_CASE("usage limit with one credential and a fallback chain: switch at once, report success",
+          "[fallback][session][usage-limit]") {
     auto auth = std::make_shared<in_memory_auth_storage>([] { return t0; });
     auth->add_credential("a", "only-key");
     fallback_fixture f(std::string("[") + usage_error + "]", R"([{"text":"from b"}])", "[]",
-                       chain_settings({{"default", {"b/m2", "c/m3"}}}), [&](session_options& o) { o.auth = auth; });
+                       chain_settings({{"default", {"b/m2", "c/m3"}}}),
+                       [&](session_options& o) { o.auth = auth; });
     auto& h = *f.h;
-    (void)auth->api_key("a", h.session->session_id());  // as an HTTP provider would before its request
+    (void)auth->api_key("a",
+                        h.session->session_id());  // as an HTTP provider would before its request
     h.prompt("hi");
     REQUIRE(h.done());  // no virtual time: the switch makes the wait 0
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(brief(h.events) ==
-          strings{"agent_start", "turn_start", "message_start:user", "message_end:user", "message_start:assistant",
-                  "message_end:assistant:error", "turn_end", "agent_end{retry}", "retry_fallback_applied",
-                  "auto_retry_start{1}", "agent_start", "turn_start", "message_start:assistant",
-                  "message_end:assistant:stop", "retry_fallback_succeeded", "auto_retry_end{ok,1}", "turn_end",
-                  "agent_end{final}", "agent_settled"});
+          strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                  "message_start:assistant", "message_end:assistant:error", "turn_end",
+                  "agent_end{retry}", "retry_fallback_applied", "auto_retry_start{1}",
+                  "agent_start", "turn_start", "message_start:assistant",
+                  "message_end:assistant:stop", "retry_fallback_succeeded", "auto_retry_end{ok,1}",
+                  "turn_end", "agent_end{final}", "agent_settled"});
     CHECK(h.of("retry_fallback_applied")[0] ==
           obj(R"({"type":"retry_fallback_applied","from":"a/m1","to":"b/m2","role":"default"})"));
     CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 0);
@@ -224,8 +239,9 @@ TEST_CASE("a credential switch wins over the model fallback", "[fallback][sessio
     auto auth = std::make_shared<in_memory_auth_storage>([] { return t0; });
     auth->add_credential("a", "key-1");
     auth->add_credential("a", "key-2");
-    fallback_fixture f(std::string("[") + usage_error + R"(,{"text":"again a"}])", R"([{"text":"from b"}])", "[]",
-                       chain_settings({{"default", {"b/m2"}}}), [&](session_options& o) { o.auth = auth; });
+    fallback_fixture f(std::string("[") + usage_error + R"(,{"text":"again a"}])",
+                       R"([{"text":"from b"}])", "[]", chain_settings({{"default", {"b/m2"}}}),
+                       [&](session_options& o) { o.auth = auth; });
     (void)auth->api_key("a", f.h->session->session_id());
     f.h->prompt("hi");
     REQUIRE(f.h->done());
@@ -236,7 +252,8 @@ TEST_CASE("a credential switch wins over the model fallback", "[fallback][sessio
     CHECK(f.h->session->fallback() == nullptr);
 }
 
-TEST_CASE("without a usable fallback the usage limit keeps the spec's backoff", "[fallback][session][usage-limit]") {
+TEST_CASE("without a usable fallback the usage limit keeps the spec's backoff",
+          "[fallback][session][usage-limit]") {
     // the chain names a model the catalog does not know
     fallback_fixture f(std::string("[") + usage_error + R"(,{"text":"a again"}])", "[]", "[]",
                        chain_settings({{"default", {"z/unknown"}}}));
@@ -251,7 +268,8 @@ TEST_CASE("without a usable fallback the usage limit keeps the spec's backoff", 
     CHECK(h.of("retry_fallback_succeeded").empty());
 }
 
-TEST_CASE("the fallback that also hits its limit moves down the chain; exhausted chains back off", "[fallback][session][usage-limit]") {
+TEST_CASE("the fallback that also hits its limit moves down the chain; exhausted chains back off",
+          "[fallback][session][usage-limit]") {
     settings cfg = chain_settings({{"default", {"b/m2", "c/m3"}}});
     cfg.retry.max_retries = 3;
     fallback_fixture f(std::string("[") + usage_error + "]", std::string("[") + usage_error + "]",
@@ -274,10 +292,12 @@ TEST_CASE("the fallback that also hits its limit moves down the chain; exhausted
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(h.of("retry_fallback_succeeded")[0].at("model") == "c/m3");
-    CHECK(h.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":3})"));
+    CHECK(h.of("auto_retry_end")[0] ==
+          obj(R"({"type":"auto_retry_end","success":true,"attempt":3})"));
 }
 
-TEST_CASE("the primary comes back once its cooldown expired, unless the revert policy is never", "[fallback][session]") {
+TEST_CASE("the primary comes back once its cooldown expired, unless the revert policy is never",
+          "[fallback][session]") {
     const bool never = GENERATE(false, true);
     settings cfg = chain_settings({{"default", {"b/m2"}}});
     if (never) cfg.retry.fallback_revert = fallback_revert_policy::never;
@@ -309,7 +329,8 @@ TEST_CASE("the primary comes back once its cooldown expired, unless the revert p
     }
 }
 
-TEST_CASE("set_model switches the next request; unknown models are refused", "[fallback][session][set-model]") {
+TEST_CASE("set_model switches the next request; unknown models are refused",
+          "[fallback][session][set-model]") {
     fallback_fixture f(R"([{"text":"a"}])", R"([{"text":"b"}])", "[]", settings{});
     auto& h = *f.h;
     CHECK(h.session->set_model("b", "m2").empty());
@@ -331,24 +352,32 @@ TEST_CASE("set_model switches the next request; unknown models are refused", "[f
     CHECK(changes == 1);
 
     harness plain(R"([{"text":"x"}])");
-    CHECK(plain.session->set_model("b", "m2") == "Model not found: b/m2 (this session has no model catalog)");
+    CHECK(plain.session->set_model("b", "m2") ==
+          "Model not found: b/m2 (this session has no model catalog)");
 }
 
 // ---- settings -----------------------------------------------------------------------------
 
-TEST_CASE("retry.fallbackChains and retry.fallbackRevertPolicy in settings files", "[fallback][settings]") {
-    const auto dir = std::filesystem::temp_directory_path() / ("coagent-fallback-" + std::to_string(::getpid()));
+TEST_CASE("retry.fallbackChains and retry.fallbackRevertPolicy in settings files",
+          "[fallback][settings]") {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coagent-fallback-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir / "p");
     const auto global = dir / "settings.json";
     const auto project = dir / "p" / "settings.json";
-    const auto write = [](const std::filesystem::path& p, std::string_view text) { std::ofstream(p) << text; };
+    const auto write = [](const std::filesystem::path& p, std::string_view text) {
+        std::ofstream(p) << text;
+    };
 
-    write(global, R"({"retry":{"fallbackChains":{"default":["b/m2","c/m3"],"fast":["x/1"]},"fallbackRevertPolicy":"never"}})");
+    write(
+        global,
+        R"({"retry":{"fallbackChains":{"default":["b/m2","c/m3"],"fast":["x/1"]},"fallbackRevertPolicy":"never"}})");
     write(project, R"({"retry":{"fallbackChains":{"fast":["y/2"]}}})");
     auto store = settings_store::load(global, project);
     REQUIRE(store.current().retry.fallback);
-    CHECK(*store.current().retry.fallback ==
-          fallback_chains{{"default", {"b/m2", "c/m3"}}, {"fast", {"y/2"}}});  // merged role by role
+    CHECK(
+        *store.current().retry.fallback ==
+        fallback_chains{{"default", {"b/m2", "c/m3"}}, {"fast", {"y/2"}}});  // merged role by role
     CHECK(store.current().retry.fallback_revert == fallback_revert_policy::never);
     CHECK(setting_value(store.current(), "retry.fallbackChains") ==
           json::parse(R"({"default":["b/m2","c/m3"],"fast":["y/2"]})"));

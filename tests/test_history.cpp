@@ -36,10 +36,11 @@ std::vector<std::string> read_lines(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("a retried prompt writes header + every message, errors included, as a parent chain", "[history]") {
+TEST_CASE("a retried prompt writes header + every message, errors included, as a parent chain",
+          "[history]") {
     temp_dir dir;
-    harness h(R"([{"error":"503 Service Unavailable","status":503,"times":2},{"text":"Hello"}])", settings{},
-              [&](session_options& o) {
+    harness h(R"([{"error":"503 Service Unavailable","status":503,"times":2},{"text":"Hello"}])",
+              settings{}, [&](session_options& o) {
                   o.session_dir = dir.path;
                   o.cwd = "/somewhere";
               });
@@ -77,7 +78,8 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
     CHECK(loaded.history.session_id() == h.session->session_id());
 }
 
-TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line", "[history]") {
+TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line",
+          "[history]") {
     temp_dir dir;
     fs::path file;
     {
@@ -100,13 +102,16 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     CHECK(again.history.messages().size() == 2);
 }
 
-TEST_CASE("an unknown entry type loads with a warning; a non-session file is refused", "[history]") {
+TEST_CASE("an unknown entry type loads with a warning; a non-session file is refused",
+          "[history]") {
     temp_dir dir;
     auto file = dir.path / "s.jsonl";
     {
         std::ofstream out(file);
-        out << R"({"type":"session","version":3,"id":"x1","timestamp":"t","cwd":"/"})" "\n"
-            << R"({"type":"brand_new","id":"00000001","parentId":null})" "\n";
+        out << R"({"type":"session","version":3,"id":"x1","timestamp":"t","cwd":"/"})"
+               "\n"
+            << R"({"type":"brand_new","id":"00000001","parentId":null})"
+               "\n";
     }
     auto loaded = session_history::load(file);
     REQUIRE(loaded.warnings.size() == 1);
@@ -119,10 +124,12 @@ TEST_CASE("an unknown entry type loads with a warning; a non-session file is ref
         out << "hello\n";
     }
     CHECK_THROWS_WITH(session_history::load(bad), Catch::Contains("not a session file"));
-    CHECK_THROWS_WITH(session_history::load(dir.path / "missing.jsonl"), Catch::Contains("cannot open"));
+    CHECK_THROWS_WITH(session_history::load(dir.path / "missing.jsonl"),
+                      Catch::Contains("cannot open"));
 }
 
-TEST_CASE("resume: a loaded session's context is rebuilt, failed replies are never sent", "[history]") {
+TEST_CASE("resume: a loaded session's context is rebuilt, failed replies are never sent",
+          "[history]") {
     temp_dir dir;
     fs::path file;
     {
@@ -132,7 +139,8 @@ TEST_CASE("resume: a loaded session's context is rebuilt, failed replies are nev
         REQUIRE(h.done());
         file = *h.session->history().file();
     }
-    harness h(R"([{"text":"third"}])", settings{}, [&](session_options& o) { o.resume_file = file; });
+    harness h(R"([{"text":"third"}])", settings{},
+              [&](session_options& o) { o.resume_file = file; });
     CHECK(h.session->messages().size() == 2);  // user + the persisted error
     h.prompt("again");
     REQUIRE(h.done());
@@ -147,7 +155,8 @@ TEST_CASE("a session name is a session_info entry and survives a resume", "[hist
     temp_dir dir;
     fs::path file;
     {
-        harness h(R"([{"text":"ok"}])", settings{}, [&](session_options& o) { o.session_dir = dir.path; });
+        harness h(R"([{"text":"ok"}])", settings{},
+                  [&](session_options& o) { o.session_dir = dir.path; });
         h.prompt("hi");
         REQUIRE_FALSE(h.session->set_session_name("my session"));
         CHECK(h.session->session_name() == "my session");
@@ -165,13 +174,16 @@ void write_text(const fs::path& p, const std::string& text) {
     out << text;
 }
 
-constexpr std::string_view header_line = R"({"type":"session","version":3,"id":"abc123","timestamp":"t","cwd":"/"})"
-                                         "\n";
+constexpr std::string_view header_line =
+    R"({"type":"session","version":3,"id":"abc123","timestamp":"t","cwd":"/"})"
+    "\n";
 
 }  // namespace
 
-TEST_CASE("fixed finding 10: an empty session file (killed before its first entry) loads as an empty session",
-          "[history][limits]") {
+TEST_CASE(
+    "fixed finding 10: an empty session file (killed before its first entry) loads as an empty "
+    "session",
+    "[history][limits]") {
     temp_dir dir;
     fs::path file;
     std::string id;
@@ -185,7 +197,8 @@ TEST_CASE("fixed finding 10: an empty session file (killed before its first entr
     CHECK(loaded.warnings.empty());
     CHECK(loaded.history.entries().empty());
     CHECK(loaded.history.session_id() == id);  // from the file name
-    REQUIRE_FALSE(loaded.history.append_message(std::make_shared<message>(make_user_message("first"))));
+    REQUIRE_FALSE(
+        loaded.history.append_message(std::make_shared<message>(make_user_message("first"))));
     const auto lines = read_lines(file);
     REQUIRE(lines.size() == 2);  // the header is written with the first entry
     CHECK(lines[0].find("\"id\":\"" + id + "\"") != std::string::npos);
@@ -203,20 +216,30 @@ TEST_CASE("fixed finding 10: an empty session file (killed before its first entr
     CHECK(session_history::load(blank).history.messages().size() == 1);
 }
 
-TEST_CASE("fixed: a session header with an empty id is refused, naming the file and the key", "[history]") {
+TEST_CASE("fixed: a session header with an empty id is refused, naming the file and the key",
+          "[history]") {
     temp_dir dir;
     const fs::path file = dir.path / "s.jsonl";
-    write_text(file, R"({"type":"session","version":3,"id":"","cwd":"/"})" "\n");
-    CHECK_THROWS_WITH(session_history::load(file),
-                      file.string() + ": not a session file (line 1: key \"id\": expected a non-empty string, found \"\")");
+    write_text(file, R"({"type":"session","version":3,"id":"","cwd":"/"})"
+                     "\n");
+    CHECK_THROWS_WITH(
+        session_history::load(file),
+        file.string() +
+            ": not a session file (line 1: key \"id\": expected a non-empty string, found \"\")");
 }
 
-TEST_CASE("session file limits: an over-long line is skipped, an over-large file refused", "[history][limits]") {
+TEST_CASE("session file limits: an over-long line is skipped, an over-large file refused",
+          "[history][limits]") {
     temp_dir dir;
     const fs::path file = dir.path / "s.jsonl";
-    const std::string entry = R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":")" +
-                              std::string(200, 'x') + R"("}})" "\n";
-    write_text(file, std::string(header_line) + entry + R"({"type":"label","id":"00000002","parentId":"00000001"})" "\n");
+    const std::string entry =
+        R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":")" +
+        std::string(200, 'x') +
+        R"("}})"
+        "\n";
+    write_text(file, std::string(header_line) + entry +
+                         R"({"type":"label","id":"00000002","parentId":"00000001"})"
+                         "\n");
     session_file_limits limits;
     limits.max_line_bytes = 100;
     auto loaded = session_history::load(file, limits);
@@ -224,29 +247,38 @@ TEST_CASE("session file limits: an over-long line is skipped, an over-large file
     CHECK(loaded.warnings[0] == file.string() + ":2: line of " + std::to_string(entry.size() - 1) +
                                     " bytes exceeds the limit of 100 bytes (0 MiB); skipped");
     CHECK(loaded.history.entries().size() == 1);
-    CHECK(session_history::load(file).history.entries().size() == 2);  // default limits: 64 MiB a line
+    CHECK(session_history::load(file).history.entries().size() ==
+          2);  // default limits: 64 MiB a line
 
     limits = {};
     limits.max_file_bytes = 200;
-    CHECK_THROWS_WITH(session_history::load(file, limits),
-                      file.string() + ": session file exceeds the limit of 200 bytes (0 MiB); not loaded");
+    CHECK_THROWS_WITH(
+        session_history::load(file, limits),
+        file.string() + ": session file exceeds the limit of 200 bytes (0 MiB); not loaded");
     CHECK(session_file_limits{}.max_file_bytes == 256u * 1024 * 1024);
     CHECK(session_file_limits{}.max_line_bytes == 64u * 1024 * 1024);
 }
 
-TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session file", "[history][limits]") {
+TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session file",
+          "[history][limits]") {
     temp_dir dir;
     const fs::path file = dir.path / "s.jsonl";
-    write_text(file,
-               std::string(header_line) +
-                   R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":"a","timestamp":1e300}})" "\n"
-                   R"({"type":"message","id":"00000002","parentId":"00000001","message":{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"t","arguments":{"n":1e400}}],"stopReason":"toolUse"}})" "\n"
-                   R"({"type":"message","id":"00000003","parentId":"00000001","message":{"role":"assistant","content":"b","stopReason":"stop","usage":{"input":9223372036854775807,"output":-1e30,"totalTokens":18446744073709551615},"timestamp":-1e300}})" "\n");
+    write_text(
+        file,
+        std::string(header_line) +
+            R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":"a","timestamp":1e300}})"
+            "\n"
+            R"({"type":"message","id":"00000002","parentId":"00000001","message":{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"t","arguments":{"n":1e400}}],"stopReason":"toolUse"}})"
+            "\n"
+            R"({"type":"message","id":"00000003","parentId":"00000001","message":{"role":"assistant","content":"b","stopReason":"stop","usage":{"input":9223372036854775807,"output":-1e30,"totalTokens":18446744073709551615},"timestamp":-1e300}})"
+            "\n");
     auto loaded = session_history::load(file);
-    REQUIRE(loaded.warnings.size() == 1);  // the line with 1e400 (it would be written back as Infinity)
-    CHECK(loaded.warnings[0] ==
-          file.string() + ":3: number out of range at \"message.content[0].arguments.n\" (a JSON number must fit a "
-                          "double: at most about 1.8e308); line skipped");
+    REQUIRE(loaded.warnings.size() ==
+            1);  // the line with 1e400 (it would be written back as Infinity)
+    CHECK(loaded.warnings[0] == file.string() +
+                                    ":3: number out of range at \"message.content[0].arguments.n\" "
+                                    "(a JSON number must fit a "
+                                    "double: at most about 1.8e308); line skipped");
     const auto msgs = loaded.history.messages();
     REQUIRE(msgs.size() == 2);
     CHECK(msgs[0]->timestamp == INT64_MAX);  // saturated, not undefined behaviour

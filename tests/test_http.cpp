@@ -4,8 +4,8 @@
 
 #include "http/loopback.hpp"
 
-#include <coagent/modes/app.hpp>
 #include <coagent/classify/classify.hpp>
+#include <coagent/modes/app.hpp>
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/sse_parser.hpp>
 
@@ -23,7 +23,8 @@ using strings = std::vector<std::string>;
 
 namespace {
 
-std::vector<sse_event> parse_all(std::string_view bytes, std::size_t chunk, std::size_t max = sse_parser::default_max_event_bytes) {
+std::vector<sse_event> parse_all(std::string_view bytes, std::size_t chunk,
+                                 std::size_t max = sse_parser::default_max_event_bytes) {
     sse_parser p(max);
     std::vector<sse_event> out;
     for (std::size_t i = 0; i < bytes.size(); i += chunk)
@@ -33,7 +34,8 @@ std::vector<sse_event> parse_all(std::string_view bytes, std::size_t chunk, std:
 }
 
 bool retryable(const message& m) {
-    return classify(m, model_info{"fake", "fake-model", "x", 32000, 4096}, 1'700'000'000'000).retryable();
+    return classify(m, model_info{"fake", "fake-model", "x", 32000, 4096}, 1'700'000'000'000)
+        .retryable();
 }
 
 }  // namespace
@@ -61,7 +63,8 @@ TEST_CASE("sse parser: events, fields and line endings at every chunk size", "[h
         "data: last\n"
         "\n"
         "data: unterminated at the end";
-    for (std::size_t chunk : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, stream.size()}) {
+    for (std::size_t chunk :
+         {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, stream.size()}) {
         INFO("chunk size " << chunk);
         auto ev = parse_all(stream, chunk);
         REQUIRE(ev.size() == 4);
@@ -93,14 +96,16 @@ TEST_CASE("sse parser: a bounded event size stops the parser", "[http][sse]") {
     // many lines of one event count together
     sse_parser q(64);
     sse_parser::status s = sse_parser::status::ok;
-    for (int i = 0; i < 20 && s == sse_parser::status::ok; ++i) s = q.feed("data: 0123456789\n", on);
+    for (int i = 0; i < 20 && s == sse_parser::status::ok; ++i)
+        s = q.feed("data: 0123456789\n", on);
     CHECK(s == sse_parser::status::event_too_large);
     q.reset();
     CHECK(q.feed("data: ok\n\n", on) == sse_parser::status::ok);
     CHECK(n == 2);
 }
 
-TEST_CASE("sse parser: a CR at a chunk end and a LF at the next start are one line break", "[http][sse]") {
+TEST_CASE("sse parser: a CR at a chunk end and a LF at the next start are one line break",
+          "[http][sse]") {
     auto ev = parse_all("data: a\r\n\r\ndata: b\r\n\r\n", 8);
     REQUIRE(ev.size() == 2);
     CHECK(ev[0].data == "a");
@@ -111,15 +116,19 @@ TEST_CASE("sse parser: a CR at a chunk end and a LF at the next start are one li
 
 TEST_CASE("http error text: the reference's forms", "[http][protocol]") {
     using http_protocol::http_error_text;
-    CHECK(http_error_text(503, R"({"error":{"message":"Service Unavailable: upstream overloaded"}})").text ==
-          "503 Service Unavailable: upstream overloaded");
+    CHECK(
+        http_error_text(503, R"({"error":{"message":"Service Unavailable: upstream overloaded"}})")
+            .text == "503 Service Unavailable: upstream overloaded");
     CHECK(http_error_text(503, "").text == "503 status code (no body)");
     CHECK(http_error_text(502, "  \n").text == "502 status code (no body)");
     CHECK(http_error_text(500, "fakellm script exhausted").text == "500 fakellm script exhausted");
-    auto a = http_error_text(529, R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})");
+    auto a = http_error_text(
+        529, R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})");
     CHECK(a.text == "529 Overloaded");
     CHECK(a.type == "overloaded_error");
-    auto o = http_error_text(429, R"({"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}})");
+    auto o = http_error_text(
+        429,
+        R"({"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}})");
     CHECK(o.text == "429 You exceeded your current quota");
     CHECK(o.type == "insufficient_quota");
     CHECK(http_error_text(400, R"({"detail":"bad"})").text == R"(400 {"detail":"bad"})");
@@ -134,7 +143,8 @@ struct null_observer final : stream_observer {
 };
 
 // Decodes `body` (an SSE stream) with a fresh decoder of `api`.
-message decode_stream(api_kind api, std::string_view body, std::size_t max_reply = http_protocol::default_max_reply_bytes) {
+message decode_stream(api_kind api, std::string_view body,
+                      std::size_t max_reply = http_protocol::default_max_reply_bytes) {
     message out;
     out.role = message_role::assistant;
     null_observer obs;
@@ -149,23 +159,33 @@ message decode_stream(api_kind api, std::string_view body, std::size_t max_reply
 
 }  // namespace
 
-TEST_CASE("fixed finding 1: a number beyond a double in a provider's stream is an error reply", "[http][protocol][limits]") {
+TEST_CASE("fixed finding 1: a number beyond a double in a provider's stream is an error reply",
+          "[http][protocol][limits]") {
     // in an event: the reply fails, naming where
-    auto m = decode_stream(api_kind::anthropic_messages,
-                           "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e400}}}\n\n");
+    auto m = decode_stream(
+        api_kind::anthropic_messages,
+        "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e400}}}\n\n");
     CHECK(m.stop == stop_reason::error);
-    CHECK(m.error_message == "Invalid stream data from the provider: number out of range at \"message.usage.input_tokens\" "
-                             "(a JSON number must fit a double: at most about 1.8e308)");
+    CHECK(m.error_message ==
+          "Invalid stream data from the provider: number out of range at "
+          "\"message.usage.input_tokens\" "
+          "(a JSON number must fit a double: at most about 1.8e308)");
     CHECK_FALSE(retryable(m));
     // in tool-call arguments (streamed as text, parsed at the end): the reply fails, and the
     // arguments are not kept (they would be written to the session file as Infinity)
-    m = decode_stream(api_kind::openai_completions,
-                      "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"calc\","
-                      "\"arguments\":\"{\\\"x\\\":-1e999}\"}}]}}]}\n\n"
-                      "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+    m = decode_stream(
+        api_kind::openai_completions,
+        "data: "
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{"
+        "\"name\":\"calc\","
+        "\"arguments\":\"{\\\"x\\\":-1e999}\"}}]}}]}\n\n"
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: "
+        "[DONE]\n\n");
     CHECK(m.stop == stop_reason::error);
-    CHECK(m.error_message == "Invalid stream data from the provider: the arguments of tool call \"calc\": number out of "
-                             "range at \"x\" (a JSON number must fit a double: at most about 1.8e308)");
+    CHECK(
+        m.error_message ==
+        "Invalid stream data from the provider: the arguments of tool call \"calc\": number out of "
+        "range at \"x\" (a JSON number must fit a double: at most about 1.8e308)");
     REQUIRE(tool_calls_of(m).size() == 1);
     CHECK(tool_calls_of(m)[0]->arguments.empty());
     CHECK(boost::json::serialize(to_json(m)).find("Infinity") == std::string::npos);
@@ -174,40 +194,58 @@ TEST_CASE("fixed finding 1: a number beyond a double in a provider's stream is a
 }
 
 TEST_CASE("fixed finding 9: provider usage beyond int64 saturates", "[http][protocol][limits]") {
-    auto m = decode_stream(api_kind::anthropic_messages,
-                           "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e19,"
-                           "\"cache_read_input_tokens\":9223372036854775807}}}\n\n"
-                           "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":18446744073709551615}}\n\n"
-                           "data: {\"type\":\"message_stop\"}\n\n");
+    auto m = decode_stream(
+        api_kind::anthropic_messages,
+        "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1e19,"
+        "\"cache_read_input_tokens\":9223372036854775807}}}\n\n"
+        "data: "
+        "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_"
+        "tokens\":18446744073709551615}}\n\n"
+        "data: {\"type\":\"message_stop\"}\n\n");
     CHECK(m.stop == stop_reason::stop);
     CHECK(m.usage.input == INT64_MAX);
     CHECK(m.usage.output == INT64_MAX);
     CHECK(m.usage.cache_read == INT64_MAX);
     CHECK(m.usage.total_tokens == INT64_MAX);
-    m = decode_stream(api_kind::openai_completions,
-                      "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],"
-                      "\"usage\":{\"prompt_tokens\":9e18,\"completion_tokens\":9e18}}\n\ndata: [DONE]\n\n");
+    m = decode_stream(
+        api_kind::openai_completions,
+        "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],"
+        "\"usage\":{\"prompt_tokens\":9e18,\"completion_tokens\":9e18}}\n\ndata: [DONE]\n\n");
     CHECK(m.usage.total_tokens == INT64_MAX);
     CHECK(m.usage.input == 9'000'000'000'000'000'000);
 }
 
-TEST_CASE("limits: a provider's whole reply is bounded (text and tool-call arguments)", "[http][protocol][limits]") {
+TEST_CASE("limits: a provider's whole reply is bounded (text and tool-call arguments)",
+          "[http][protocol][limits]") {
     CHECK(http_protocol::default_max_reply_bytes == 16u * 1024 * 1024);
-    const std::string chunk = "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"0123456789\"}}\n\n";
-    std::string body = "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    const std::string chunk =
+        "data: "
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"
+        "\"0123456789\"}}\n\n";
+    std::string body =
+        "data: "
+        "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\","
+        "\"text\":\"\"}}\n\n";
     for (int i = 0; i < 5; ++i) body += chunk;
-    body += "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\ndata: {\"type\":\"message_stop\"}\n\n";
-    CHECK(decode_stream(api_kind::anthropic_messages, body, 50).stop == stop_reason::stop);  // exactly at the limit
+    body +=
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\ndata: "
+        "{\"type\":\"message_stop\"}\n\n";
+    CHECK(decode_stream(api_kind::anthropic_messages, body, 50).stop ==
+          stop_reason::stop);  // exactly at the limit
     auto m = decode_stream(api_kind::anthropic_messages, body, 49);
     CHECK(m.stop == stop_reason::error);
-    CHECK(m.error_message == "Reply too large: the provider streamed more than 49 bytes of text and tool-call "
-                             "arguments (the limit of one reply)");
+    CHECK(m.error_message ==
+          "Reply too large: the provider streamed more than 49 bytes of text and tool-call "
+          "arguments (the limit of one reply)");
     CHECK(text_of(m) == "0123456789012345678901234567890123456789");  // what came before the limit
     CHECK_FALSE(retryable(m));
     // tool-call arguments count too
     m = decode_stream(api_kind::openai_completions,
-                      "data: {\"choices\":[{\"delta\":{\"content\":\"12345\",\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"t\","
-                      "\"arguments\":\"{\\\"a\\\":123}\"}}]}}]}\n\n", 10);
+                      "data: "
+                      "{\"choices\":[{\"delta\":{\"content\":\"12345\",\"tool_calls\":[{\"index\":"
+                      "0,\"id\":\"c1\",\"function\":{\"name\":\"t\","
+                      "\"arguments\":\"{\\\"a\\\":123}\"}}]}}]}\n\n",
+                      10);
     CHECK(m.stop == stop_reason::error);
     CHECK_THAT(*m.error_message, Catch::StartsWith("Reply too large"));
 }
@@ -230,7 +268,8 @@ TEST_CASE("retry hint from headers: every form, largest wins", "[http][protocol]
     CHECK(hint({{"x-ratelimit-reset-ms", "1700000002000"}}) == 2000);  // epoch ms
     CHECK(hint({{"x-ratelimit-reset", "3"}}) == 3000);
     CHECK(hint({{"x-ratelimit-reset", "1700000005"}}) == 5000);  // epoch seconds
-    CHECK(hint({{"retry-after", "1"}, {"retry-after-ms", "1200"}, {"x-ratelimit-reset", "2"}}) == 2000);
+    CHECK(hint({{"retry-after", "1"}, {"retry-after-ms", "1200"}, {"x-ratelimit-reset", "2"}}) ==
+          2000);
     CHECK_FALSE(hint({{"content-type", "application/json"}}));
     CHECK(http_protocol::parse_http_date("Thu, 01 Jan 1970 00:00:01 GMT") == 1000);
     CHECK_FALSE(http_protocol::parse_http_date("Thu, 32 Jan 1970 00:00:01 GMT"));
@@ -264,13 +303,15 @@ TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
     a->content.emplace_back(tool_call_block{"call_1", "read", args});
     a->stop = stop_reason::tool_use;
     r.messages.push_back(a);
-    r.messages.push_back(std::make_shared<message>(make_tool_result("call_1", "read", "file text", false)));
+    r.messages.push_back(
+        std::make_shared<message>(make_tool_result("call_1", "read", "file text", false)));
     tool_definition td;
     td.name = "read";
     td.description = "reads";
     r.tools.push_back(td);
 
-    auto o = json::parse(http_protocol::build_request_body(api_kind::openai_completions, r)).as_object();
+    auto o =
+        json::parse(http_protocol::build_request_body(api_kind::openai_completions, r)).as_object();
     CHECK(o.at("model") == "m1");
     CHECK(o.at("stream") == true);
     CHECK(o.at("stream_options").at("include_usage") == true);
@@ -282,7 +323,8 @@ TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
     CHECK(om[3].at("tool_call_id") == "call_1");
     CHECK(o.at("tools").at(0).at("function").at("parameters").at("type") == "object");
 
-    auto b = json::parse(http_protocol::build_request_body(api_kind::anthropic_messages, r)).as_object();
+    auto b =
+        json::parse(http_protocol::build_request_body(api_kind::anthropic_messages, r)).as_object();
     CHECK(b.at("system") == "sys");
     CHECK(b.at("max_tokens") == 321);
     const auto& bm = b.at("messages").as_array();
@@ -294,7 +336,8 @@ TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
     CHECK(b.at("tools").at(0).at("input_schema").at("type") == "object");
 }
 
-TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages", "[http][protocol]") {
+TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages",
+          "[http][protocol]") {
     provider_request r;
     r.model = model_info{"p", "m\"1", "x", 1000, 0};
     r.system_prompt = "line1\nline2\t\"q\" \\ \x01 é ✓";
@@ -327,35 +370,39 @@ TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages"
     r.tools.push_back(td);
 
     const std::string openai = http_protocol::build_request_body(api_kind::openai_completions, r);
-    CHECK(openai ==
-          R"({"model":"m\"1","messages":[{"role":"system","content":"line1\nline2\t\"q\" \\ \u0001 é ✓"},)"
-          R"({"role":"user","content":"hi \u001f there\r\n"},)"
-          R"({"role":"assistant","content":"part one, part two","tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"a\\\"b\",\"n\":2}"}}]},)"
-          R"({"role":"tool","tool_call_id":"c1","content":"r1"},{"role":"tool","tool_call_id":"c2","content":""},)"
-          R"({"role":"assistant","content":null,"tool_calls":[{"id":"c3","type":"function","function":{"name":"x","arguments":"{}"}}]},)"
-          R"({"role":"assistant","content":""},{"role":"user","content":""}],)"
-          R"("stream":true,"stream_options":{"include_usage":true},)"
-          R"("tools":[{"type":"function","function":{"name":"search","description":"finds \"things\"","parameters":{"type":"object"}}}]})");
+    CHECK(
+        openai ==
+        R"({"model":"m\"1","messages":[{"role":"system","content":"line1\nline2\t\"q\" \\ \u0001 é ✓"},)"
+        R"({"role":"user","content":"hi \u001f there\r\n"},)"
+        R"({"role":"assistant","content":"part one, part two","tool_calls":[{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"a\\\"b\",\"n\":2}"}}]},)"
+        R"({"role":"tool","tool_call_id":"c1","content":"r1"},{"role":"tool","tool_call_id":"c2","content":""},)"
+        R"({"role":"assistant","content":null,"tool_calls":[{"id":"c3","type":"function","function":{"name":"x","arguments":"{}"}}]},)"
+        R"({"role":"assistant","content":""},{"role":"user","content":""}],)"
+        R"("stream":true,"stream_options":{"include_usage":true},)"
+        R"("tools":[{"type":"function","function":{"name":"search","description":"finds \"things\"","parameters":{"type":"object"}}}]})");
     // Boost.JSON writes the same text for the same values
     CHECK(json::serialize(json::parse(openai)) == openai);
 
-    const std::string anthropic = http_protocol::build_request_body(api_kind::anthropic_messages, r);
-    CHECK(anthropic ==
-          R"({"model":"m\"1","max_tokens":4096,"system":"line1\nline2\t\"q\" \\ \u0001 é ✓","messages":[)"
-          R"({"role":"user","content":[{"type":"text","text":"hi \u001f there\r\n"}]},)"
-          R"({"role":"assistant","content":[{"type":"text","text":"part one, "},{"type":"text","text":"part two"},)"
-          R"({"type":"tool_use","id":"c1","name":"search","input":{"q":"a\"b","n":2}}]},)"
-          R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"r1"},)"
-          R"({"type":"tool_result","tool_use_id":"c2","content":"","is_error":true}]},)"
-          R"({"role":"assistant","content":[{"type":"tool_use","id":"c3","name":"x","input":{}}]},)"
-          R"({"role":"user","content":[{"type":"text","text":" "}]}],)"
-          R"("stream":true,"tools":[{"name":"search","description":"finds \"things\"","input_schema":{"type":"object"}}]})");
+    const std::string anthropic =
+        http_protocol::build_request_body(api_kind::anthropic_messages, r);
+    CHECK(
+        anthropic ==
+        R"({"model":"m\"1","max_tokens":4096,"system":"line1\nline2\t\"q\" \\ \u0001 é ✓","messages":[)"
+        R"({"role":"user","content":[{"type":"text","text":"hi \u001f there\r\n"}]},)"
+        R"({"role":"assistant","content":[{"type":"text","text":"part one, "},{"type":"text","text":"part two"},)"
+        R"({"type":"tool_use","id":"c1","name":"search","input":{"q":"a\"b","n":2}}]},)"
+        R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"r1"},)"
+        R"({"type":"tool_result","tool_use_id":"c2","content":"","is_error":true}]},)"
+        R"({"role":"assistant","content":[{"type":"tool_use","id":"c3","name":"x","input":{}}]},)"
+        R"({"role":"user","content":[{"type":"text","text":" "}]}],)"
+        R"("stream":true,"tools":[{"name":"search","description":"finds \"things\"","input_schema":{"type":"object"}}]})");
     CHECK(json::serialize(json::parse(anthropic)) == anthropic);
 }
 
 // ---- coagent-fakellm's script -------------------------------------------------------------
 
-TEST_CASE("fakellm script: steps, errors naming step and field, example scripts", "[http][fakellm]") {
+TEST_CASE("fakellm script: steps, errors naming step and field, example scripts",
+          "[http][fakellm]") {
     auto s = fakellm::script::parse(
         R"([{"status":503,"body":{"error":{"message":"x"}},"headers":{"Retry-After":1},"times":2},{"text":"Hi","chunks":2,"usage":{"input":3}},
             {"text":"a b","cutAfterChunks":1},{"text":"a b","stallAfterChunks":1,"stallMs":50},{"sseError":{"type":"overloaded_error","message":"Overloaded"}},
@@ -368,11 +415,13 @@ TEST_CASE("fakellm script: steps, errors naming step and field, example scripts"
     CHECK(s.steps[3].stall_ms == 50);
     CHECK(s.steps[4].type == fakellm::step::kind::sse_error);
     CHECK(s.steps[5].delay_ms == 5);
-    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"text":"a","stallMs":"x"}])", "f.json"),
-                      Catch::Contains("f.json: step 1: \"stallMs\" must be a non-negative integer"));
+    CHECK_THROWS_WITH(
+        fakellm::script::parse(R"([{"text":"a","stallMs":"x"}])", "f.json"),
+        Catch::Contains("f.json: step 1: \"stallMs\" must be a non-negative integer"));
     CHECK_THROWS_WITH(fakellm::script::parse(R"([{"txt":"a"}])", "f.json"),
                       Catch::Contains("step 1: unknown field \"txt\""));
-    CHECK_THROWS_WITH(fakellm::script::parse("[{\"text\":", "f.json"), Catch::StartsWith("f.json:1:"));
+    CHECK_THROWS_WITH(fakellm::script::parse("[{\"text\":", "f.json"),
+                      Catch::StartsWith("f.json:1:"));
     CHECK_THROWS_WITH(fakellm::script::parse(R"([{"status":200,"text":"a"}])", "f.json"),
                       Catch::Contains("cannot be combined"));
     CHECK(fakellm::split_chunks("héllo wörld", 3) == strings{"hél", "lo w", "örld"});
@@ -380,7 +429,8 @@ TEST_CASE("fakellm script: steps, errors naming step and field, example scripts"
     CHECK(fakellm::api_of_path("/v1/chat/completions?x=1") == fakellm::api::openai);
     CHECK(fakellm::api_of_path("/messages") == fakellm::api::anthropic);
     CHECK(fakellm::api_of_path("/v1/models") == fakellm::api::unknown);
-    for (const auto& e : std::filesystem::directory_iterator(COAGENT_SOURCE_DIR "/examples/fakellm")) {
+    for (const auto& e :
+         std::filesystem::directory_iterator(COAGENT_SOURCE_DIR "/examples/fakellm")) {
         INFO(e.path());
         CHECK_NOTHROW(fakellm::script::from_argument(e.path().string()));
     }
@@ -414,7 +464,8 @@ TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[htt
 }
 
 TEST_CASE("anthropic-messages: a streamed reply with usage over loopback", "[http][loopback]") {
-    loopback lb(R"([{"text":"Bonjour tout le monde","chunks":2,"usage":{"input":9,"output":4,"cacheWrite":2}}])");
+    loopback lb(
+        R"([{"text":"Bonjour tout le monde","chunks":2,"usage":{"input":9,"output":4,"cacheWrite":2}}])");
     http_provider p(lb.options(api_kind::anthropic_messages, "ak-0002"));
     recording_observer obs;
     abort_signal abort;
@@ -438,7 +489,8 @@ TEST_CASE("anthropic-messages: a streamed reply with usage over loopback", "[htt
 TEST_CASE("tool calls stream in both APIs", "[http][loopback]") {
     for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
         INFO(http_protocol::to_string(api));
-        loopback lb(R"([{"toolCall":{"name":"read_file","arguments":{"path":"README.md","n":2}},"chunks":4}])");
+        loopback lb(
+            R"([{"toolCall":{"name":"read_file","arguments":{"path":"README.md","n":2}},"chunks":4}])");
         http_provider p(lb.options(api));
         recording_observer obs;
         abort_signal abort;
@@ -453,8 +505,10 @@ TEST_CASE("tool calls stream in both APIs", "[http][loopback]") {
     }
 }
 
-TEST_CASE("HTTP errors become the reference's error text with structured fields", "[http][loopback]") {
-    loopback lb(R"([{"status":503,"body":{"error":{"message":"Service Unavailable: upstream overloaded","type":"server_error"}}},
+TEST_CASE("HTTP errors become the reference's error text with structured fields",
+          "[http][loopback]") {
+    loopback lb(
+        R"([{"status":503,"body":{"error":{"message":"Service Unavailable: upstream overloaded","type":"server_error"}}},
                     {"status":502},
                     {"status":529,"body":{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}},
                     {"status":401,"body":{"error":{"message":"Incorrect API key provided: sk-abc***","type":"invalid_request_error"}}}])");
@@ -483,8 +537,10 @@ TEST_CASE("HTTP errors become the reference's error text with structured fields"
     CHECK(p.connections_opened() == 1);  // keep-alive: one connection for all five
 }
 
-TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)", "[http][loopback][appendix-a]") {
-    loopback lb(R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"message":"Rate limit reached for requests"}}},
+TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)",
+          "[http][loopback][appendix-a]") {
+    loopback lb(
+        R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"message":"Rate limit reached for requests"}}},
                     {"status":429,"headers":{"retry-after-ms":"1500","x-ratelimit-reset-ms":"2500","Retry-After":"2"}},
                     {"status":429,"headers":{"Retry-After":"9"},"body":{"error":{"message":"slow down retry-after-ms=10"}}},
                     {"status":503,"headers":{"x-should-retry":"false"}}])");
@@ -492,8 +548,10 @@ TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)", "[
     recording_observer obs;
     abort_signal abort;
     auto req = simple_request(p.model());
-    CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 Rate limit reached for requests retry-after-ms=1000");
-    CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 status code (no body) retry-after-ms=2500");
+    CHECK(lb.stream_once(p, req, obs, abort).error_message ==
+          "429 Rate limit reached for requests retry-after-ms=1000");
+    CHECK(lb.stream_once(p, req, obs, abort).error_message ==
+          "429 status code (no body) retry-after-ms=2500");
     CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 slow down retry-after-ms=10");
     CHECK(lb.stream_once(p, req, obs, abort).error_message == "503 status code (no body)");
 }
@@ -517,7 +575,8 @@ TEST_CASE("a connection dropped mid-stream is a retryable connection error", "[h
     }
 }
 
-TEST_CASE("a stalled stream hits the idle timeout: a retryable 'timed out' error", "[http][loopback]") {
+TEST_CASE("a stalled stream hits the idle timeout: a retryable 'timed out' error",
+          "[http][loopback]") {
     loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":5000}])");
     auto o = lb.options(api_kind::anthropic_messages);
     o.stream_idle_timeout_ms = 150;
@@ -546,7 +605,8 @@ TEST_CASE("a stall shorter than the idle timeout is just slow", "[http][loopback
 }
 
 TEST_CASE("Anthropic error event mid-stream (overloaded_error) is retryable", "[http][loopback]") {
-    loopback lb(R"([{"text":"partial words","sseError":{"type":"overloaded_error","message":"Overloaded"}},
+    loopback lb(
+        R"([{"text":"partial words","sseError":{"type":"overloaded_error","message":"Overloaded"}},
                     {"sseError":{"type":"api_error","message":"Internal server error"}}])");
     http_provider p(lb.options(api_kind::anthropic_messages));
     recording_observer obs;
@@ -564,8 +624,10 @@ TEST_CASE("Anthropic error event mid-stream (overloaded_error) is retryable", "[
     CHECK(retryable(o2));
 }
 
-TEST_CASE("abort during a stream closes the socket promptly: stopReason aborted", "[http][loopback]") {
-    loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"next"}])");
+TEST_CASE("abort during a stream closes the socket promptly: stopReason aborted",
+          "[http][loopback]") {
+    loopback lb(
+        R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"next"}])");
     http_provider p(lb.options(api_kind::openai_completions));
     recording_observer obs;
     abort_signal abort;
@@ -590,11 +652,13 @@ TEST_CASE("abort during a stream closes the socket promptly: stopReason aborted"
     CHECK(lb.server->request_count() == 1);
 }
 
-TEST_CASE("connection refused and connect timeout are retryable connection errors", "[http][loopback]") {
+TEST_CASE("connection refused and connect timeout are retryable connection errors",
+          "[http][loopback]") {
     asio::io_context io;
     std::uint16_t port;
     {
-        asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        asio::ip::tcp::acceptor a(io,
+                                  asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
         port = a.local_endpoint().port();
     }  // closed: nothing listens there now
     loopback lb("[]");
@@ -605,7 +669,8 @@ TEST_CASE("connection refused and connect timeout are retryable connection error
     abort_signal abort;
     auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
     CHECK(out.stop == stop_reason::error);
-    CHECK_THAT(*out.error_message, Catch::StartsWith("Connection error: cannot connect to 127.0.0.1:"));
+    CHECK_THAT(*out.error_message,
+               Catch::StartsWith("Connection error: cannot connect to 127.0.0.1:"));
     CHECK(retryable(out));
 }
 
@@ -622,12 +687,21 @@ struct test_pki {
         const auto d = dir.path.string();
         const std::string key_opts = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
         const std::string cmd =
-            "(cd '" + d + "' && "
-            "openssl req -x509" + key_opts + " -keyout ca.key -out ca.pem -days 2 -subj '/CN=coagent test CA' && "
-            "openssl req" + key_opts + " -keyout server.key -out server.csr -subj '/CN=127.0.0.1' && "
-            "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf && "
-            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf && "
-            "openssl req -x509" + key_opts + " -keyout other.key -out other-ca.pem -days 2 -subj '/CN=another CA'"
+            "(cd '" + d +
+            "' && "
+            "openssl req -x509" +
+            key_opts +
+            " -keyout ca.key -out ca.pem -days 2 -subj '/CN=coagent test CA' && "
+            "openssl req" +
+            key_opts +
+            " -keyout server.key -out server.csr -subj '/CN=127.0.0.1' && "
+            "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > "
+            "ext.cnf && "
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out "
+            "server.pem -days 2 -extfile ext.cnf && "
+            "openssl req -x509" +
+            key_opts +
+            " -keyout other.key -out other-ca.pem -days 2 -subj '/CN=another CA'"
             ") >/dev/null 2>&1";
         if (std::system(cmd.c_str()) != 0)
             throw std::runtime_error("openssl could not make the test certificates in " + d);
@@ -640,7 +714,9 @@ struct test_pki {
 
 }  // namespace
 
-TEST_CASE("https against a local TLS server: verified with the test CA; a wrong CA is a clear error", "[http][loopback][tls]") {
+TEST_CASE(
+    "https against a local TLS server: verified with the test CA; a wrong CA is a clear error",
+    "[http][loopback][tls]") {
     test_pki pki;
     fakellm::server_options so;
     so.tls_cert_file = pki.cert;
@@ -665,7 +741,7 @@ TEST_CASE("https against a local TLS server: verified with the test CA; a wrong 
     CHECK_THAT(*bad.error_message,
                Catch::StartsWith("TLS certificate verification failed for 127.0.0.1:") &&
                    Catch::Contains("unable to get local issuer certificate"));
-    CHECK_FALSE(retryable(bad));  // a certificate problem does not go away by retrying
+    CHECK_FALSE(retryable(bad));             // a certificate problem does not go away by retrying
     CHECK(lb.server->request_count() == 1);  // nothing was sent over the unverified connection
 
     // the host name is checked too: "localhost" is in the certificate, "127.0.0.2" is not
@@ -684,8 +760,9 @@ TEST_CASE("https against a local TLS server: verified with the test CA; a wrong 
     o.base_url = "https://127.0.0.2:" + std::to_string(other.port()) + "/v1";
     http_provider mismatch(o);
     auto mm = lb.stream_once(mismatch, simple_request(mismatch.model()), obs, abort);
-    CHECK_THAT(mm.error_message.value_or(""), Catch::StartsWith("TLS certificate verification failed for 127.0.0.2:") &&
-                                                  Catch::Contains("IP address mismatch"));
+    CHECK_THAT(mm.error_message.value_or(""),
+               Catch::StartsWith("TLS certificate verification failed for 127.0.0.2:") &&
+                   Catch::Contains("IP address mismatch"));
     CHECK(other.request_count() == 0);
     other.stop();
 }
@@ -751,8 +828,11 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
     CHECK(c.resolve("anthropic", "claude-next").context_window == 500000);
     CHECK(c.resolve("openai", "").id == "gpt-4.1");
     CHECK(c.find("openai")->base_url == "https://api.openai.com/v1");
-    CHECK_THROWS_WITH(c.resolve("nope", ""), Catch::Contains("provider \"nope\" not found (known: faux, openai, anthropic, local"));
-    CHECK_THROWS_WITH(c.resolve("local", "m9"), Catch::Contains("model \"m9\" not found for provider local (it has: m1, m2"));
+    CHECK_THROWS_WITH(
+        c.resolve("nope", ""),
+        Catch::Contains("provider \"nope\" not found (known: faux, openai, anthropic, local"));
+    CHECK_THROWS_WITH(c.resolve("local", "m9"),
+                      Catch::Contains("model \"m9\" not found for provider local (it has: m1, m2"));
 
     auto o = c.provider_options("local", "m1", provider_settings{1234, 5678});
     CHECK(o.base_url == "http://127.0.0.1:8080/v1");
@@ -762,34 +842,55 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
     CHECK(models_config::load("/nonexistent/models.json").providers().size() == 2);
 }
 
-TEST_CASE("models.json: a broken file names the file, the key and what was expected", "[http][config]") {
-    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"id":"m","contextWindow":"big"}]}}})") ==
-          R"(/home/u/.coagent/models.json: key "providers.x.models[0].contextWindow": expected a positive integer, found "big")");
-    CHECK(config_error_of(R"({"providers":{"x":{"api":"openai-completions","models":[{"id":"m"}]}}})") ==
-          R"(/home/u/.coagent/models.json: key "providers.x.baseUrl": expected an http:// or https:// URL, found nothing (missing))");
-    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-responses","models":[{"id":"m"}]}}})") ==
-          R"(/home/u/.coagent/models.json: key "providers.x.api": expected "openai-completions" or "anthropic-messages", found "openai-responses")");
-    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[]}}})") ==
-          R"(/home/u/.coagent/models.json: key "providers.x.models": expected a non-empty array of models, found [])");
-    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"name":"m"}]}}})") ==
-          R"(/home/u/.coagent/models.json: key "providers.x.models[0].id": expected a non-empty string, found nothing (missing))");
-    CHECK(config_error_of(R"({"providers":[]})") ==
-          R"(/home/u/.coagent/models.json: key "providers": expected an object of providers, found [])");
-    CHECK(config_error_of("{\n  \"providers\": {,}\n}") == "/home/u/.coagent/models.json:2:17: invalid JSON: syntax error");
+TEST_CASE("models.json: a broken file names the file, the key and what was expected",
+          "[http][config]") {
+    CHECK(
+        config_error_of(
+            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"id":"m","contextWindow":"big"}]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.models[0].contextWindow": expected a positive integer, found "big")");
+    CHECK(
+        config_error_of(
+            R"({"providers":{"x":{"api":"openai-completions","models":[{"id":"m"}]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.baseUrl": expected an http:// or https:// URL, found nothing (missing))");
+    CHECK(
+        config_error_of(
+            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-responses","models":[{"id":"m"}]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.api": expected "openai-completions" or "anthropic-messages", found "openai-responses")");
+    CHECK(
+        config_error_of(
+            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.models": expected a non-empty array of models, found [])");
+    CHECK(
+        config_error_of(
+            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[{"name":"m"}]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.models[0].id": expected a non-empty string, found nothing (missing))");
+    CHECK(
+        config_error_of(R"({"providers":[]})") ==
+        R"(/home/u/.coagent/models.json: key "providers": expected an object of providers, found [])");
+    CHECK(config_error_of("{\n  \"providers\": {,}\n}") ==
+          "/home/u/.coagent/models.json:2:17: invalid JSON: syntax error");
 }
 
-TEST_CASE("fixed: a value quoted in a models.json / auth.json error is cut on a code-point boundary", "[http][config]") {
+TEST_CASE(
+    "fixed: a value quoted in a models.json / auth.json error is cut on a code-point boundary",
+    "[http][config]") {
     // 1 quote + 75 ASCII bytes, then 'é' at bytes 76-77: the old cut at byte 77 split it
     const std::string value = std::string(75, 'a') + "\xC3\xA9" + std::string(20, 'b');
-    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://h/v1","api":")" + value + R"(","models":[{"id":"m"}]}}})") ==
-          "/home/u/.coagent/models.json: key \"providers.x.api\": expected \"openai-completions\" or "
-          "\"anthropic-messages\", found \"" + std::string(75, 'a') + "...");
+    CHECK(
+        config_error_of(R"({"providers":{"x":{"baseUrl":"http://h/v1","api":")" + value +
+                        R"(","models":[{"id":"m"}]}}})") ==
+        "/home/u/.coagent/models.json: key \"providers.x.api\": expected \"openai-completions\" or "
+        "\"anthropic-messages\", found \"" +
+            std::string(75, 'a') + "...");
     temp_dir d;
-    write_text(d.path / "auth.json", R"({"p":{"type":"api_key","key":"k","blockedUntil":")" + value + "\"}}");
-    CHECK_THROWS_WITH(file_auth_storage(d.path / "auth.json"), Catch::EndsWith("found \"" + std::string(75, 'a') + "..."));
+    write_text(d.path / "auth.json",
+               R"({"p":{"type":"api_key","key":"k","blockedUntil":")" + value + "\"}}");
+    CHECK_THROWS_WITH(file_auth_storage(d.path / "auth.json"),
+                      Catch::EndsWith("found \"" + std::string(75, 'a') + "..."));
 }
 
-TEST_CASE("API keys: models.json apiKey (literal or env name), else the built-in's variable", "[http][config]") {
+TEST_CASE("API keys: models.json apiKey (literal or env name), else the built-in's variable",
+          "[http][config]") {
     auto env = [](const char* name) -> const char* {
         if (std::string_view(name) == "OPENAI_API_KEY") return "sk-from-env";
         if (std::string_view(name) == "MY_KEY") return "sk-my";
@@ -811,10 +912,13 @@ TEST_CASE("API keys: models.json apiKey (literal or env name), else the built-in
 
 // ---- auth.json -------------------------------------------------------------------------------
 
-TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persisted, switching", "[http][auth]") {
+TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persisted, switching",
+          "[http][auth]") {
     temp_dir d;
     const auto file = d.path / "auth.json";
-    write_text(file, R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two","note":"kept"}],
+    write_text(
+        file,
+        R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two","note":"kept"}],
                           "solo":{"type":"api_key","key":"only"},
                           "oauthy":{"type":"oauth","refresh":"r"}})");
     std::int64_t now = 1'700'000'000'000;
@@ -836,7 +940,8 @@ TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persiste
     CHECK(saved.at("fake").at(0).at("blockedUntil") == now + 30'000);
     CHECK(saved.at("fake").at(1).at("note") == "kept");
     CHECK(saved.at("oauthy").at("refresh") == "r");
-    CHECK((std::filesystem::status(file).permissions() & std::filesystem::perms::others_read) == std::filesystem::perms::none);
+    CHECK((std::filesystem::status(file).permissions() & std::filesystem::perms::others_read) ==
+          std::filesystem::perms::none);
     file_auth_storage b(file, [&] { return now; });
     CHECK(b.blocked_until("fake", 0) == now + 30'000);
     CHECK(b.api_key("fake", "s3") == "key-two");
@@ -854,30 +959,36 @@ TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persiste
     CHECK_FALSE(a.mark_usage_limit_reached("solo", "s1", 1000));
     CHECK(a.blocked_until("solo", 0) == now + 1000);
     CHECK(a.api_key("solo", "s9") == "only");
-    CHECK(json::parse(read_text(file)).at("solo").at("blockedUntil") == now + 1000);  // single-object shape kept
+    CHECK(json::parse(read_text(file)).at("solo").at("blockedUntil") ==
+          now + 1000);  // single-object shape kept
 
     // time passes: the block expires, a new session gets key-one again
     now += 31'000;
     CHECK(b.api_key("fake", "s4") == "key-one");
 }
 
-TEST_CASE("auth.json: a broken file names the key; concurrent writers lose no block", "[http][auth]") {
+TEST_CASE("auth.json: a broken file names the key; concurrent writers lose no block",
+          "[http][auth]") {
     temp_dir d;
     const auto file = d.path / "auth.json";
     write_text(file, R"({"p":[{"type":"api_key","key":""}]})");
-    CHECK_THROWS_WITH(file_auth_storage(file), (d.path / "auth.json").string() +
-                                                   R"(: key "p[0].key": expected a non-empty string, found "")");
+    CHECK_THROWS_WITH(file_auth_storage(file),
+                      (d.path / "auth.json").string() +
+                          R"(: key "p[0].key": expected a non-empty string, found "")");
     write_text(file, R"({"p":{"type":"api_key","key":"k","blockedUntil":"soon"}})");
-    CHECK_THROWS_WITH(file_auth_storage(file), Catch::Contains(R"(key "p.blockedUntil": expected an epoch time in ms)"));
+    CHECK_THROWS_WITH(file_auth_storage(file),
+                      Catch::Contains(R"(key "p.blockedUntil": expected an epoch time in ms)"));
     write_text(file, "[1]");
-    CHECK_THROWS_WITH(file_auth_storage(file), Catch::Contains("expected a JSON object of providers"));
+    CHECK_THROWS_WITH(file_auth_storage(file),
+                      Catch::Contains("expected a JSON object of providers"));
     CHECK(file_auth_storage(d.path / "missing.json").credential_count("p") == 0);
 
     // 8 "processes" (own instances, own file descriptions, so the flock applies) block 8
     // providers at once; every block must survive the others' rewrites.
     std::string text = "{";
     for (int i = 0; i < 8; ++i)
-        text += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":[{"type":"api_key","key":"a"},{"type":"api_key","key":"b"}])";
+        text += (i ? "," : "") + std::string("\"p") + std::to_string(i) +
+                R"(":[{"type":"api_key","key":"a"},{"type":"api_key","key":"b"}])";
     write_text(file, text + "}");
     std::vector<std::thread> threads;
     for (int i = 0; i < 8; ++i)
@@ -923,10 +1034,11 @@ struct session_loopback {
     }
 
     void start(std::string text) {
-        asio::co_spawn(lb.io, session->prompt(std::move(text)), [this](std::exception_ptr e, prompt_result r) {
-            failure = e;
-            result = std::move(r);
-        });
+        asio::co_spawn(lb.io, session->prompt(std::move(text)),
+                       [this](std::exception_ptr e, prompt_result r) {
+                           failure = e;
+                           result = std::move(r);
+                       });
     }
     void prompt(std::string text, std::chrono::milliseconds cap = 20s) {
         start(std::move(text));
@@ -947,39 +1059,64 @@ settings fast_settings(std::int64_t base_delay_ms = 10) {
     return s;
 }
 
-std::string example(const std::string& name) { return read_text(COAGENT_SOURCE_DIR "/examples/fakellm/" + name); }
+std::string example(const std::string& name) {
+    return read_text(COAGENT_SOURCE_DIR "/examples/fakellm/" + name);
+}
 
 }  // namespace
 
-TEST_CASE("loopback: 503 twice then success — 3 requests, errors not sent back, the design's events", "[http][loopback][session]") {
+TEST_CASE(
+    "loopback: 503 twice then success — 3 requests, errors not sent back, the design's events",
+    "[http][loopback][session]") {
     for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
         INFO(http_protocol::to_string(api));
         session_loopback t(example("retry-503.json"), api, fast_settings());
         t.prompt("Say hello");
         CHECK(t.result->outcome == prompt_result::status::succeeded);
         CHECK(text_of(*t.result->last_assistant) == "Hello! Two 503s later, here is the answer.");
-        CHECK(brief(t.events) == strings{
-            "agent_start", "turn_start", "message_start:user", "message_end:user",
-            "message_start:assistant", "message_end:assistant:error", "turn_end", "agent_end{retry}",
-            "auto_retry_start{1}",
-            "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:error",
-            "turn_end", "agent_end{retry}", "auto_retry_start{2}",
-            "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:stop",
-            "auto_retry_end{ok,2}", "turn_end", "agent_end{final}", "agent_settled"});
+        CHECK(brief(t.events) == strings{"agent_start",
+                                         "turn_start",
+                                         "message_start:user",
+                                         "message_end:user",
+                                         "message_start:assistant",
+                                         "message_end:assistant:error",
+                                         "turn_end",
+                                         "agent_end{retry}",
+                                         "auto_retry_start{1}",
+                                         "agent_start",
+                                         "turn_start",
+                                         "message_start:assistant",
+                                         "message_end:assistant:error",
+                                         "turn_end",
+                                         "agent_end{retry}",
+                                         "auto_retry_start{2}",
+                                         "agent_start",
+                                         "turn_start",
+                                         "message_start:assistant",
+                                         "message_end:assistant:stop",
+                                         "auto_retry_end{ok,2}",
+                                         "turn_end",
+                                         "agent_end{final}",
+                                         "agent_settled"});
         auto starts = t.of("auto_retry_start");
         REQUIRE(starts.size() == 2);
-        CHECK(starts[0] == obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+        CHECK(
+            starts[0] ==
+            obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
         CHECK(starts[1].at("delayMs") == 20);
         auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 3);
-        for (const auto& r : reqs) CHECK(r.roles == strings{"user"});  // the errored replies were not sent back
+        for (const auto& r : reqs)
+            CHECK(r.roles == strings{"user"});  // the errored replies were not sent back
         auto ends = t.of("message_end");
-        CHECK(ends[1].at("message").at("errorMessage") == "503 Service Unavailable: upstream overloaded");
+        CHECK(ends[1].at("message").at("errorMessage") ==
+              "503 Service Unavailable: upstream overloaded");
         CHECK(t.provider->connections_opened() == 1);  // keep-alive across the retries
     }
 }
 
-TEST_CASE("loopback: 429 with Retry-After — the suffix, honorRetryAfter and maxDelayMs", "[http][loopback][session][appendix-a]") {
+TEST_CASE("loopback: 429 with Retry-After — the suffix, honorRetryAfter and maxDelayMs",
+          "[http][loopback][session][appendix-a]") {
     const std::string script =
         R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"message":"Rate limit reached for requests"}}},{"text":"ok"}])";
     const std::string error = "429 Rate limit reached for requests retry-after-ms=1000";
@@ -1011,16 +1148,19 @@ TEST_CASE("loopback: 429 with Retry-After — the suffix, honorRetryAfter and ma
         session_loopback t(script, api_kind::openai_completions, cfg);
         t.prompt("hi");
         CHECK(t.of("auto_retry_start").empty());
-        CHECK(brief(t.events) == strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
-                                         "message_start:assistant", "message_end:assistant:error", "turn_end",
-                                         "agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
-        CHECK(t.of("auto_retry_end")[0].at("finalError").as_string() == error + " (server asked to wait 1s, above retry.maxDelayMs)");
+        CHECK(brief(t.events) ==
+              strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                      "message_start:assistant", "message_end:assistant:error", "turn_end",
+                      "agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
+        CHECK(t.of("auto_retry_end")[0].at("finalError").as_string() ==
+              error + " (server asked to wait 1s, above retry.maxDelayMs)");
         CHECK(t.result->outcome == prompt_result::status::failed);
         CHECK(t.lb.server->request_count() == 1);
     }
 }
 
-TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → retry → success", "[http][loopback][session]") {
+TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → retry → success",
+          "[http][loopback][session]") {
     auto cfg = fast_settings();
     cfg.provider.stream_idle_timeout_ms = 200;
     for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
@@ -1031,9 +1171,12 @@ TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → re
         CHECK(text_of(*t.result->last_assistant) == "The third attempt streams all of its words.");
         auto starts = t.of("auto_retry_start");
         REQUIRE(starts.size() == 2);
-        CHECK_THAT(std::string(starts[0].at("errorMessage").as_string()), Catch::StartsWith("Connection error:"));
-        CHECK(starts[1].at("errorMessage") == "Stream idle timeout: no data for 200 ms (timed out)");
-        CHECK(t.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
+        CHECK_THAT(std::string(starts[0].at("errorMessage").as_string()),
+                   Catch::StartsWith("Connection error:"));
+        CHECK(starts[1].at("errorMessage") ==
+              "Stream idle timeout: no data for 200 ms (timed out)");
+        CHECK(t.of("auto_retry_end")[0] ==
+              obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
         CHECK(t.lb.server->request_count() == 3);
     }
     session_loopback t(example("anthropic-overloaded.json"), api_kind::anthropic_messages, cfg);
@@ -1045,9 +1188,11 @@ TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → re
     CHECK(starts[1].at("errorMessage") == "overloaded_error: Overloaded");
 }
 
-TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to retry", "[http][loopback][session]") {
-    const std::pair<const char*, api_kind> cases[] = {{"openai-overflow.json", api_kind::openai_completions},
-                                                      {"anthropic-overflow.json", api_kind::anthropic_messages}};
+TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to retry",
+          "[http][loopback][session]") {
+    const std::pair<const char*, api_kind> cases[] = {
+        {"openai-overflow.json", api_kind::openai_completions},
+        {"anthropic-overflow.json", api_kind::anthropic_messages}};
     for (const auto& [file, api] : cases) {
         INFO(file);
         session_loopback t(example(file), api, fast_settings());
@@ -1060,20 +1205,26 @@ TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to
         auto errs = t.of("message_end");
         REQUIRE(errs.size() >= 2);
         CHECK(errs[1].at("message").at("stopReason") == "error");
-        CHECK(classify_error_text(std::string(errs[1].at("message").at("errorMessage").as_string()), 400, 0).kind ==
-              error_kind::context_overflow);
+        CHECK(classify_error_text(std::string(errs[1].at("message").at("errorMessage").as_string()),
+                                  400, 0)
+                  .kind == error_kind::context_overflow);
     }
 }
 
-TEST_CASE("loopback: usage limit with two credentials switches keys at once", "[http][loopback][session][auth]") {
-    const std::pair<const char*, api_kind> cases[] = {{"openai-usage-limit.json", api_kind::openai_completions},
-                                                      {"anthropic-usage-limit.json", api_kind::anthropic_messages}};
+TEST_CASE("loopback: usage limit with two credentials switches keys at once",
+          "[http][loopback][session][auth]") {
+    const std::pair<const char*, api_kind> cases[] = {
+        {"openai-usage-limit.json", api_kind::openai_completions},
+        {"anthropic-usage-limit.json", api_kind::anthropic_messages}};
     for (const auto& [file, api] : cases) {
         INFO(file);
         temp_dir d;
-        write_text(d.path / "auth.json", R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two"}]})");
+        write_text(
+            d.path / "auth.json",
+            R"({"fake":[{"type":"api_key","key":"key-one"},{"type":"api_key","key":"key-two"}]})");
         const std::int64_t now = wall_clock_ms();
-        auto auth = std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
+        auto auth =
+            std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
         session_loopback t(example(file), api, settings{}, [&](http_provider_options& o) {
             o.auth = auth;
             o.api_key = "static-key-unused";
@@ -1094,11 +1245,13 @@ TEST_CASE("loopback: usage limit with two credentials switches keys at once", "[
         }
         const std::int64_t hint = api == api_kind::openai_completions ? 1'800'000 : 3'600'000;
         CHECK(auth->blocked_until("fake", 0) == now + hint);
-        CHECK(json::parse(read_text(d.path / "auth.json")).at("fake").at(0).at("blockedUntil") == now + hint);
+        CHECK(json::parse(read_text(d.path / "auth.json")).at("fake").at(0).at("blockedUntil") ==
+              now + hint);
     }
 }
 
-TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays the backoff", "[http][loopback][session][auth]") {
+TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays the backoff",
+          "[http][loopback][session][auth]") {
     const std::string script =
         R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},{"text":"ok"}])";
     for (bool honor : {false, true}) {
@@ -1106,16 +1259,20 @@ TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays 
         temp_dir d;
         write_text(d.path / "auth.json", R"({"fake":[{"type":"api_key","key":"only-key"}]})");
         const std::int64_t now = wall_clock_ms();
-        auto auth = std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
+        auto auth =
+            std::make_shared<file_auth_storage>(d.path / "auth.json", [now] { return now; });
         auto cfg = fast_settings(50);
         cfg.retry.honor_retry_after = honor;
-        session_loopback t(script, api_kind::openai_completions, cfg, [&](http_provider_options& o) { o.auth = auth; });
+        session_loopback t(script, api_kind::openai_completions, cfg,
+                           [&](http_provider_options& o) { o.auth = auth; });
         t.prompt("hi");
         CHECK(t.result->outcome == prompt_result::status::succeeded);
         auto starts = t.of("auto_retry_start");
         REQUIRE(starts.size() == 1);
-        CHECK(starts[0].at("errorMessage") == "429 The usage limit has been reached retry-after-ms=1000");
-        CHECK(starts[0].at("delayMs") == (honor ? 1000 : 50));  // max(backoff, hint) only when honoured
+        CHECK(starts[0].at("errorMessage") ==
+              "429 The usage limit has been reached retry-after-ms=1000");
+        CHECK(starts[0].at("delayMs") ==
+              (honor ? 1000 : 50));  // max(backoff, hint) only when honoured
         CHECK(auth->blocked_until("fake", 0) == now + 1000);
         auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 2);
@@ -1123,9 +1280,11 @@ TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays 
     }
 }
 
-TEST_CASE("loopback: abort during a stream ends the prompt promptly as aborted", "[http][loopback][session]") {
-    session_loopback t(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"never"}])",
-                       api_kind::anthropic_messages, fast_settings());
+TEST_CASE("loopback: abort during a stream ends the prompt promptly as aborted",
+          "[http][loopback][session]") {
+    session_loopback t(
+        R"([{"text":"one two three","stallAfterChunks":1,"stallMs":10000},{"text":"never"}])",
+        api_kind::anthropic_messages, fast_settings());
     t.start("hi");
     REQUIRE(t.lb.run_until([&] { return !t.of("message_update").empty(); }));
     const auto t0 = std::chrono::steady_clock::now();
@@ -1138,19 +1297,26 @@ TEST_CASE("loopback: abort during a stream ends the prompt promptly as aborted",
     CHECK(t.lb.server->request_count() == 1);
 }
 
-TEST_CASE("loopback: a usage limit falls back to the next model of retry.fallbackChains (the app's catalog)", "[http][loopback][session][fallback]") {
+TEST_CASE(
+    "loopback: a usage limit falls back to the next model of retry.fallbackChains (the app's "
+    "catalog)",
+    "[http][loopback][session][fallback]") {
     // one fakellm answers both models.json providers: the primary's limit, then the fallback
-    loopback lb(R"([{"status":429,"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},)"
-                 R"({"text":"from the backup"}])");
+    loopback lb(
+        R"([{"status":429,"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},)"
+        R"({"text":"from the backup"}])");
     temp_dir d;
-    write_text(d.path / "models.json",
-               R"({"providers":{"primary":{"baseUrl":")" + lb.base_url() +
-                   R"(","api":"openai-completions","apiKey":"key-primary","models":[{"id":"m1"}]},)"
-                   R"("backup":{"baseUrl":")" + lb.base_url() +
-                   R"(","api":"anthropic-messages","apiKey":"key-backup","models":[{"id":"m2"}]}}})");
+    write_text(
+        d.path / "models.json",
+        R"({"providers":{"primary":{"baseUrl":")" + lb.base_url() +
+            R"(","api":"openai-completions","apiKey":"key-primary","models":[{"id":"m1"}]},)"
+            R"("backup":{"baseUrl":")" +
+            lb.base_url() +
+            R"(","api":"anthropic-messages","apiKey":"key-backup","models":[{"id":"m2"}]}}})");
     auto catalog = std::make_shared<app_catalog>(d.path, provider_settings{}, nullptr);
     settings cfg = fast_settings();
-    cfg.retry.fallback = std::make_shared<const fallback_chains>(fallback_chains{{"default", {"backup/m2"}}});
+    cfg.retry.fallback =
+        std::make_shared<const fallback_chains>(fallback_chains{{"default", {"backup/m2"}}});
 
     session_options so;
     so.executor = lb.io.get_executor();
@@ -1171,14 +1337,16 @@ TEST_CASE("loopback: a usage limit falls back to the next model of retry.fallbac
     std::vector<std::string> retry_events;
     for (const auto& e : events) {
         const std::string_view t = e.at("type").as_string();
-        if (t.starts_with("retry_fallback") || t.starts_with("auto_retry")) retry_events.push_back(json::serialize(e));
+        if (t.starts_with("retry_fallback") || t.starts_with("auto_retry"))
+            retry_events.push_back(json::serialize(e));
     }
-    CHECK(retry_events ==
-          std::vector<std::string>{
-              R"({"type":"retry_fallback_applied","from":"primary/m1","to":"backup/m2","role":"default"})",
-              R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached"})",
-              R"({"type":"retry_fallback_succeeded","model":"backup/m2","role":"default"})",
-              R"({"type":"auto_retry_end","success":true,"attempt":1})"});
+    CHECK(
+        retry_events ==
+        std::vector<std::string>{
+            R"({"type":"retry_fallback_applied","from":"primary/m1","to":"backup/m2","role":"default"})",
+            R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached"})",
+            R"({"type":"retry_fallback_succeeded","model":"backup/m2","role":"default"})",
+            R"({"type":"auto_retry_end","success":true,"attempt":1})"});
     const auto reqs = lb.server->requests();
     REQUIRE(reqs.size() == 2);
     CHECK(reqs[0].path == "/v1/chat/completions");

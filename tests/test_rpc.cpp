@@ -213,18 +213,22 @@ TEST_CASE("parse_command: bad input gives errors that name the problem, id echoe
     CHECK(parse_error(long_value).error.size() < 200);  // shown values are cut
 }
 
-TEST_CASE("fixed finding 1: a number beyond a double in a command is refused, never echoed as Infinity",
-          "[rpc][protocol][limits]") {
+TEST_CASE(
+    "fixed finding 1: a number beyond a double in a command is refused, never echoed as Infinity",
+    "[rpc][protocol][limits]") {
     auto e = parse_error(R"({"id":1e400,"type":"get_state"})");
     CHECK_FALSE(e.id);
     CHECK(e.command == "parse");
-    CHECK(e.error == "Failed to parse command: number out of range at \"id\" (a JSON number must fit a double: "
-                     "at most about 1.8e308)");
+    CHECK(
+        e.error ==
+        "Failed to parse command: number out of range at \"id\" (a JSON number must fit a double: "
+        "at most about 1.8e308)");
     const std::string line = rpc::to_line(rpc::error_response(e));
     CHECK(line.find("Infinity") == std::string::npos);
     CHECK(json::parse(std::string_view(line).substr(0, line.size() - 1)).is_object());
     CHECK(parse_error(R"({"type":"prompt","message":"x","extra":[-1e999]})").error ==
-          "Failed to parse command: number out of range at \"extra[0]\" (a JSON number must fit a double: at most "
+          "Failed to parse command: number out of range at \"extra[0]\" (a JSON number must fit a "
+          "double: at most "
           "about 1.8e308)");
     // with invalid UTF-8 too: the id is not salvaged
     e = parse_error("{\"id\":1e400,\"type\":\"prompt\",\"message\":\"\xFF\"}");
@@ -235,15 +239,19 @@ TEST_CASE("fixed finding 1: a number beyond a double in a command is refused, ne
     CHECK(std::get<rpc::command>(ok).id == json::value(1e300));
 }
 
-TEST_CASE("fixed: values shown in errors are cut on a UTF-8 code-point boundary", "[rpc][protocol]") {
+TEST_CASE("fixed: values shown in errors are cut on a UTF-8 code-point boundary",
+          "[rpc][protocol]") {
     // 76 ASCII bytes then 'é' (2 bytes) at 77-78: a cut at byte 77 would split it
     const std::string value = std::string(75, 'a') + "\xC3\xA9" + std::string(20, 'b');
     const auto e = parse_error(R"({"type":"set_auto_retry","enabled":")" + value + "\"}");
-    CHECK(e.error == "Field \"enabled\" must be a boolean, found string \"" + std::string(75, 'a') + "...");
+    CHECK(e.error ==
+          "Field \"enabled\" must be a boolean, found string \"" + std::string(75, 'a') + "...");
     CHECK_FALSE(rpc::find_invalid_utf8(e.error));
     CHECK(cut_utf8("abc", 80) == "abc");
-    CHECK(cut_utf8(std::string(76, 'x') + "\xE2\x82\xAC" + "yyyy", 80) == std::string(76, 'x') + "...");
-    CHECK(cut_utf8(std::string(77, 'x') + "\xE2\x82\xAC" + "yyyy", 80) == std::string(77, 'x') + "...");
+    CHECK(cut_utf8(std::string(76, 'x') + "\xE2\x82\xAC" + "yyyy", 80) ==
+          std::string(76, 'x') + "...");
+    CHECK(cut_utf8(std::string(77, 'x') + "\xE2\x82\xAC" + "yyyy", 80) ==
+          std::string(77, 'x') + "...");
 }
 
 TEST_CASE("responses: envelope fields and order", "[rpc][protocol]") {
@@ -502,9 +510,10 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true})");
     rpc_process p(env, {"--no-session"});
     p.next();
-    write_file(env.dir.path / "models.json",
-               R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions",)"
-               R"("apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096}]}}})");
+    write_file(
+        env.dir.path / "models.json",
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions",)"
+        R"("apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096}]}}})");
     CHECK(p.call("c1", "set_auto_compaction", {{"enabled", false}}) ==
           obj(R"({"id":"c1","type":"response","command":"set_auto_compaction","success":true})"));
     CHECK(p.call("s", "get_state").at("data").at("autoCompactionEnabled") == false);
@@ -545,7 +554,8 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     CHECK(std::any_of(models.begin(), models.end(), [](const json::value& m) {
         return m.at("provider") == "local" && m.at("id") == "m1";
     }));
-    CHECK(p.call("m6", "set_model", {{"provider", "faux"}, {"modelId", "faux"}}).at("success") == true);
+    CHECK(p.call("m6", "set_model", {{"provider", "faux"}, {"modelId", "faux"}}).at("success") ==
+          true);
 
     CHECK(
         p.call("n0", "set_session_name", {{"name", "  \t "}}) ==

@@ -18,7 +18,8 @@ const char* four_errors =
 
 bool any_failed_assistant(const faux_request& r) {
     for (const auto& m : r.messages)
-        if (m.role == "assistant" && (m.stop_reason == "error" || m.stop_reason == "aborted")) return true;
+        if (m.role == "assistant" && (m.stop_reason == "error" || m.stop_reason == "aborted"))
+            return true;
     return false;
 }
 
@@ -30,7 +31,8 @@ strings roles(const faux_request& r) {
 
 }  // namespace
 
-TEST_CASE("two errors then success: exact events, delays, requests and prompt completion", "[session][spec-3][spec-4][spec-7]") {
+TEST_CASE("two errors then success: exact events, delays, requests and prompt completion",
+          "[session][spec-3][spec-4][spec-7]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     CHECK(h.requests().size() == 1);
@@ -48,20 +50,41 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(text_of(*h.result->last_assistant) == "Hello there");
 
-    CHECK(brief(h.events) == strings{
-        "agent_start", "turn_start", "message_start:user", "message_end:user",
-        "message_start:assistant", "message_end:assistant:error", "turn_end", "agent_end{retry}",
-        "auto_retry_start{1}",
-        "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:error",
-        "turn_end", "agent_end{retry}", "auto_retry_start{2}",
-        "agent_start", "turn_start", "message_start:assistant", "message_end:assistant:stop",
-        "auto_retry_end{ok,2}", "turn_end", "agent_end{final}", "agent_settled"});
+    CHECK(brief(h.events) == strings{"agent_start",
+                                     "turn_start",
+                                     "message_start:user",
+                                     "message_end:user",
+                                     "message_start:assistant",
+                                     "message_end:assistant:error",
+                                     "turn_end",
+                                     "agent_end{retry}",
+                                     "auto_retry_start{1}",
+                                     "agent_start",
+                                     "turn_start",
+                                     "message_start:assistant",
+                                     "message_end:assistant:error",
+                                     "turn_end",
+                                     "agent_end{retry}",
+                                     "auto_retry_start{2}",
+                                     "agent_start",
+                                     "turn_start",
+                                     "message_start:assistant",
+                                     "message_end:assistant:stop",
+                                     "auto_retry_end{ok,2}",
+                                     "turn_end",
+                                     "agent_end{final}",
+                                     "agent_settled"});
 
     auto starts = h.of("auto_retry_start");
     REQUIRE(starts.size() == 2);
-    CHECK(starts[0] == obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
-    CHECK(starts[1] == obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
-    CHECK(h.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
+    CHECK(
+        starts[0] ==
+        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    CHECK(
+        starts[1] ==
+        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+    CHECK(h.of("auto_retry_end")[0] ==
+          obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
 
     auto reqs = h.requests();
     REQUIRE(reqs.size() == 3);
@@ -72,14 +95,15 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     int assistants = 0;
     for (const auto& e : h.session->history().entries())
         if (e.msg && e.msg->role == message_role::assistant) ++assistants;
-    CHECK(assistants == 3);  // errors stay in the history (spec §11)
+    CHECK(assistants == 3);                    // errors stay in the history (spec §11)
     CHECK(h.session->messages().size() == 2);  // user + reply: the errors left the runtime context
     CHECK_FALSE(h.session->is_retrying());
     CHECK(h.session->retry_attempt() == 0);
     CHECK(h.of("agent_settled").size() == 1);
 }
 
-TEST_CASE("retries exhausted: starts 1..3, end with the last error, error stays in context", "[session][spec-4][spec-9]") {
+TEST_CASE("retries exhausted: starts 1..3, end with the last error, error stays in context",
+          "[session][spec-4][spec-9]") {
     harness h(four_errors);
     h.prompt("hi");
     h.advance(2000ms);
@@ -94,12 +118,15 @@ TEST_CASE("retries exhausted: starts 1..3, end with the last error, error stays 
     CHECK(starts[0].at("delayMs").as_int64() == 2000);
     CHECK(starts[1].at("delayMs").as_int64() == 4000);
     CHECK(starts[2].at("delayMs").as_int64() == 8000);
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":3,"finalError":"502 Bad Gateway"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":3,"finalError":"502 Bad Gateway"})")});
     CHECK(h.requests().size() == 4);
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 5, b.end()) ==
-          strings{"message_end:assistant:error", "turn_end", "agent_end{final}", "auto_retry_end{fail,3}", "agent_settled"});
+    CHECK(strings(b.end() - 5, b.end()) == strings{"message_end:assistant:error", "turn_end",
+                                                   "agent_end{final}", "auto_retry_end{fail,3}",
+                                                   "agent_settled"});
     REQUIRE(h.session->messages().size() == 2);
     CHECK(h.session->messages().back()->error_message == "502 Bad Gateway");  // stays in context
     CHECK(h.session->retry_attempt() == 0);
@@ -113,14 +140,18 @@ TEST_CASE("maxRetries 0: only auto_retry_end{success:false,attempt:0}", "[sessio
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(h.of("auto_retry_start").empty());
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":0,"finalError":"503 Service Unavailable: upstream overloaded"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":0,"finalError":"503 Service Unavailable: upstream overloaded"})")});
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 3, b.end()) == strings{"agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
+    CHECK(strings(b.end() - 3, b.end()) ==
+          strings{"agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
     CHECK(h.requests().size() == 1);
 }
 
-TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)", "[session][spec-5][spec-10]") {
+TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)",
+          "[session][spec-5][spec-10]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     h.advance(1000ms);
@@ -129,11 +160,13 @@ TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)", "[session
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::failed);
     CHECK(h.result->error == "Retry cancelled");
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 4, b.end()) ==
-          strings{"agent_end{retry}", "auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
+    CHECK(strings(b.end() - 4, b.end()) == strings{"agent_end{retry}", "auto_retry_start{1}",
+                                                   "auto_retry_end{fail,1}", "agent_settled"});
     h.advance(60s);
     CHECK(h.requests().size() == 1);  // no further request
     CHECK_FALSE(h.session->is_retrying());
@@ -143,7 +176,8 @@ TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)", "[session
     CHECK(h.session->messages()[0]->role == message_role::user);
 }
 
-TEST_CASE("abort() during the backoff cancels the retry first, then aborts", "[session][spec-5][spec-10]") {
+TEST_CASE("abort() during the backoff cancels the retry first, then aborts",
+          "[session][spec-5][spec-10]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     h.advance(1000ms);
@@ -151,18 +185,22 @@ TEST_CASE("abort() during the backoff cancels the retry first, then aborts", "[s
     h.run_ready();
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::aborted);
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
     h.advance(60s);
     CHECK(h.requests().size() == 1);
 }
 
-TEST_CASE("abort_retry lands after the timer fired but before the continue ran", "[session][spec-5]") {
+TEST_CASE("abort_retry lands after the timer fired but before the continue ran",
+          "[session][spec-5]") {
     // zero delay: the continue is a posted task; the sticky flag must still cancel it
     settings s;
     s.retry.base_delay_ms = 0;
     harness h(two_errors_then_ok, s);
-    asio::co_spawn(h.io, h.session->prompt("hi"), [&](std::exception_ptr, prompt_result r) { h.result = r; });
+    asio::co_spawn(h.io, h.session->prompt("hi"),
+                   [&](std::exception_ptr, prompt_result r) { h.result = r; });
     // run handlers one by one until the retry start was emitted, then cancel
     for (int i = 0; i < 1000 && h.of("auto_retry_start").empty(); ++i) {
         h.io.restart();
@@ -185,13 +223,16 @@ TEST_CASE("abort_retry while a retried attempt streams aborts that attempt", "[s
     h.session->abort_retry();
     h.run_ready();
     REQUIRE(h.done());
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
     auto ends = h.of("message_end");
     CHECK(ends.back().at("message").at("stopReason").as_string() == "aborted");
 }
 
-TEST_CASE("abort while a retried attempt streams: aborted never counts as success", "[session][spec-3]") {
+TEST_CASE("abort while a retried attempt streams: aborted never counts as success",
+          "[session][spec-3]") {
     harness h(R"([{"error":"503 overloaded","status":503},{"text":"late reply","delayMs":5000}])");
     h.prompt("hi");
     h.advance(2000ms);
@@ -218,7 +259,8 @@ TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spe
     CHECK_FALSE(h.session->is_retrying());
 }
 
-TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (spec 8)", "[session][spec-8]") {
+TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (spec 8)",
+          "[session][spec-8]") {
     harness h(two_errors_then_ok);
     CHECK(h.session->auto_retry_enabled());
     h.session->set_auto_retry_enabled(false);
@@ -229,15 +271,18 @@ TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (spec 8)"
     CHECK(h.of("auto_retry_start").empty());
 }
 
-TEST_CASE("retry turned off during the wait: the wait goes on, the next failure ends the chain", "[session][endings]") {
+TEST_CASE("retry turned off during the wait: the wait goes on, the next failure ends the chain",
+          "[session][endings]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     h.session->set_auto_retry_enabled(false);
     h.advance(2000ms);
     REQUIRE(h.done());
     CHECK(h.requests().size() == 2);
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable: upstream overloaded"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable: upstream overloaded"})")});
 }
 
 TEST_CASE("a non-retryable error does not retry (spec 2, spec 10)", "[session][spec-2][spec-10]") {
@@ -251,13 +296,17 @@ TEST_CASE("a non-retryable error does not retry (spec 2, spec 10)", "[session][s
     CHECK(h.requests().size() == 1);
 }
 
-TEST_CASE("a retried attempt failing non-retryably ends the chain with that error", "[session][endings]") {
-    harness h(R"([{"error":"503 overloaded","status":503},{"error":"400 Invalid parameter","status":400}])");
+TEST_CASE("a retried attempt failing non-retryably ends the chain with that error",
+          "[session][endings]") {
+    harness h(
+        R"([{"error":"503 overloaded","status":503},{"error":"400 Invalid parameter","status":400}])");
     h.prompt("hi");
     h.advance(2000ms);
     REQUIRE(h.done());
-    CHECK(h.of("auto_retry_end") == std::vector<json::object>{obj(
-        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"400 Invalid parameter"})")});
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"400 Invalid parameter"})")});
     CHECK_FALSE(h.session->is_retrying());
 }
 
@@ -283,21 +332,25 @@ settings keep_nothing() {
 }
 }  // namespace
 
-TEST_CASE("context overflow goes to compaction, never to retry (spec 1)", "[session][spec-1][spec-10]") {
+TEST_CASE("context overflow goes to compaction, never to retry (spec 1)",
+          "[session][spec-1][spec-10]") {
     auto hook = std::make_shared<recording_compaction>();
-    harness h(R"([{"error":"400 prompt is too long: 213462 tokens > 200000 maximum","status":400},{"text":"x"}])",
-              keep_nothing(), [&](session_options& o) { o.compaction = hook; });
+    harness h(
+        R"([{"error":"400 prompt is too long: 213462 tokens > 200000 maximum","status":400},{"text":"x"}])",
+        keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(hook->calls == 1);
     CHECK(h.of("auto_retry_start").empty());
     CHECK(h.of("auto_retry_end").empty());
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 5, b.end()) ==
-          strings{"turn_end", "agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
+    CHECK(strings(b.end() - 5, b.end()) == strings{"turn_end", "agent_end{final}",
+                                                   "compaction_start", "compaction_end",
+                                                   "agent_settled"});
     CHECK(h.of("compaction_start")[0] == obj(R"({"type":"compaction_start","reason":"overflow"})"));
-    CHECK(h.of("compaction_end")[0] == obj(
-        R"({"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"cannot compact"})"));
+    CHECK(
+        h.of("compaction_end")[0] ==
+        obj(R"({"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"cannot compact"})"));
     CHECK(h.result->outcome == prompt_result::status::failed);
     CHECK(h.requests().size() == 1);
 }
@@ -305,15 +358,16 @@ TEST_CASE("context overflow goes to compaction, never to retry (spec 1)", "[sess
 TEST_CASE("overflow with a compaction that succeeds continues the turn once", "[session][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
     hook->succeed = true;
-    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"fine now"}])", keep_nothing(),
-              [&](session_options& o) { o.compaction = hook; });
+    harness h(R"([{"error":"400 prompt is too long","status":400},{"text":"fine now"}])",
+              keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     auto b = brief(h.events);
     CHECK(strings(b.begin() + 8, b.end()) ==
-          strings{"compaction_start", "compaction_end", "agent_start", "turn_start", "message_start:assistant",
-                  "message_end:assistant:stop", "turn_end", "agent_end{final}", "agent_settled"});
+          strings{"compaction_start", "compaction_end", "agent_start", "turn_start",
+                  "message_start:assistant", "message_end:assistant:stop", "turn_end",
+                  "agent_end{final}", "agent_settled"});
     auto reqs = h.requests();
     REQUIRE(reqs.size() == 2);
     CHECK(reqs[1].messages[0].text == "The conversation so far, summarized:\nS");
@@ -331,20 +385,24 @@ TEST_CASE("overflow without compaction enabled ends with the error", "[session][
     CHECK(h.of("compaction_start").empty());
 }
 
-TEST_CASE("a retried attempt that overflows ends the chain, then compaction", "[session][endings][spec-1]") {
+TEST_CASE("a retried attempt that overflows ends the chain, then compaction",
+          "[session][endings][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
-    harness h(R"([{"error":"503 overloaded","status":503},{"error":"400 prompt is too long","status":400}])",
-              keep_nothing(), [&](session_options& o) { o.compaction = hook; });
+    harness h(
+        R"([{"error":"503 overloaded","status":503},{"error":"400 prompt is too long","status":400}])",
+        keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
     h.advance(2000ms);
     REQUIRE(h.done());
     auto b = brief(h.events);
-    CHECK(strings(b.end() - 5, b.end()) ==
-          strings{"agent_end{final}", "auto_retry_end{fail,1}", "compaction_start", "compaction_end", "agent_settled"});
+    CHECK(strings(b.end() - 5, b.end()) == strings{"agent_end{final}", "auto_retry_end{fail,1}",
+                                                   "compaction_start", "compaction_end",
+                                                   "agent_settled"});
     CHECK(hook->calls == 1);
 }
 
-TEST_CASE("the compaction check is skipped on a turn whose retry started (spec 1)", "[session][spec-1]") {
+TEST_CASE("the compaction check is skipped on a turn whose retry started (spec 1)",
+          "[session][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
     // retryable text that also mentions a 503: never compaction
     harness h(two_errors_then_ok, settings{}, [&](session_options& o) { o.compaction = hook; });
@@ -355,7 +413,8 @@ TEST_CASE("the compaction check is skipped on a turn whose retry started (spec 1
 }
 
 TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec-3]") {
-    harness h(R"([{"error":"503 a","status":503},{"text":"one"},{"error":"503 b","status":503},{"text":"two"}])");
+    harness h(
+        R"([{"error":"503 a","status":503},{"text":"one"},{"error":"503 b","status":503},{"text":"two"}])");
     h.prompt("first");
     h.advance(2000ms);
     REQUIRE(h.done());
@@ -366,16 +425,20 @@ TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec
     REQUIRE(h.done());
     CHECK(h.of("auto_retry_start")[0].at("attempt").as_int64() == 1);
     CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 2000);
-    CHECK(h.of("auto_retry_end")[0] == obj(R"({"type":"auto_retry_end","success":true,"attempt":1})"));
+    CHECK(h.of("auto_retry_end")[0] ==
+          obj(R"({"type":"auto_retry_end","success":true,"attempt":1})"));
 }
 
-TEST_CASE("usage limit with a successful credential switch waits 0 ms (spec 3 step 7)", "[session][spec-3][usage-limit]") {
-    auto auth = std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
+TEST_CASE("usage limit with a successful credential switch waits 0 ms (spec 3 step 7)",
+          "[session][spec-3][usage-limit]") {
+    auto auth =
+        std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
     auth->add_credential("faux", "key-a");
     auth->add_credential("faux", "key-b");
     std::string session_id;
-    harness h(R"([{"error":"429 You have reached your usage limit for this period","status":429},{"text":"ok"}])",
-              settings{}, [&](session_options& o) { o.auth = auth; });
+    harness h(
+        R"([{"error":"429 You have reached your usage limit for this period","status":429},{"text":"ok"}])",
+        settings{}, [&](session_options& o) { o.auth = auth; });
     CHECK(auth->api_key("faux", h.session->session_id()) == "key-a");
     h.prompt("hi");
     REQUIRE(h.done());  // no virtual time needed
@@ -384,11 +447,13 @@ TEST_CASE("usage limit with a successful credential switch waits 0 ms (spec 3 st
     CHECK(auth->blocked_until("faux", 0) == 1'700'000'000'000 + 60'000);
 }
 
-TEST_CASE("usage limit without another credential keeps the exponential backoff", "[session][usage-limit]") {
-    auto auth = std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
+TEST_CASE("usage limit without another credential keeps the exponential backoff",
+          "[session][usage-limit]") {
+    auto auth =
+        std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
     auth->add_credential("faux", "only");
-    harness h(R"([{"error":"usage limit reached, try again in 30s","status":429},{"text":"ok"}])", settings{},
-              [&](session_options& o) { o.auth = auth; });
+    harness h(R"([{"error":"usage limit reached, try again in 30s","status":429},{"text":"ok"}])",
+              settings{}, [&](session_options& o) { o.auth = auth; });
     (void)auth->api_key("faux", h.session->session_id());
     h.prompt("hi");
     CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == 2000);
@@ -397,7 +462,8 @@ TEST_CASE("usage limit without another credential keeps the exponential backoff"
     REQUIRE(h.done());
 }
 
-TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7, spec 8)", "[session][spec-7][spec-8]") {
+TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7, spec 8)",
+          "[session][spec-7][spec-8]") {
     harness h(two_errors_then_ok);
     std::vector<std::pair<std::string, bool>> seen;
     auto s2 = h.session->subscribe([&](const event& e) {
@@ -416,7 +482,10 @@ TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7,
     }
 }
 
-TEST_CASE("the trailing error leaves the runtime context after auto_retry_start is emitted (spec 3 step 9)", "[session][spec-3]") {
+TEST_CASE(
+    "the trailing error leaves the runtime context after auto_retry_start is emitted (spec 3 step "
+    "9)",
+    "[session][spec-3]") {
     harness h(two_errors_then_ok);
     std::size_t context_at_start = 0;
     bool last_is_error = false;
@@ -432,7 +501,8 @@ TEST_CASE("the trailing error leaves the runtime context after auto_retry_start 
     CHECK(h.session->messages().size() == 1);
 }
 
-TEST_CASE("events reach extensions in load order; a throwing extension is reported, not fatal", "[session][spec-9][extensions]") {
+TEST_CASE("events reach extensions in load order; a throwing extension is reported, not fatal",
+          "[session][spec-9][extensions]") {
     std::vector<std::string> order;
     harness h(two_errors_then_ok, settings{}, [](session_options&) {});
     h.session->add_extension("ext-a", [&](const event& e) {
@@ -451,27 +521,34 @@ TEST_CASE("events reach extensions in load order; a throwing extension is report
     CHECK(order == strings{"a", "c", "a", "c", "c-end"});
     auto errs = h.of("extension_error");
     REQUIRE(errs.size() == 2);
-    CHECK(errs[0] == obj(R"({"type":"extension_error","extensionPath":"ext-bad","event":"auto_retry_start","error":"boom"})"));
+    CHECK(
+        errs[0] ==
+        obj(R"({"type":"extension_error","extensionPath":"ext-bad","event":"auto_retry_start","error":"boom"})"));
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn; a retry continues from the toolResult", "[session][tools]") {
-    harness h(R"([{"toolCall":{"name":"echo","arguments":{"x":1}}},{"error":"503 overloaded","status":503},{"text":"done"}])");
+TEST_CASE(
+    "tool calls: toolUse -> execute -> toolResult -> next turn; a retry continues from the "
+    "toolResult",
+    "[session][tools]") {
+    harness h(
+        R"([{"toolCall":{"name":"echo","arguments":{"x":1}}},{"error":"503 overloaded","status":503},{"text":"done"}])");
     std::vector<std::string> tool_args;
-    h.session->register_tool({"echo", "echoes", {}}, [&](json::object args) -> boost::asio::awaitable<tool_output> {
-        tool_args.push_back(json::serialize(args));
-        co_return tool_output{"echoed", false};
-    });
+    h.session->register_tool({"echo", "echoes", {}},
+                             [&](json::object args) -> boost::asio::awaitable<tool_output> {
+                                 tool_args.push_back(json::serialize(args));
+                                 co_return tool_output{"echoed", false};
+                             });
     h.prompt("use the tool");
     h.advance(2000ms);
     REQUIRE(h.done());
     CHECK(tool_args == strings{R"({"x":1})"});
     auto b = brief(h.events);
     CHECK(strings(b.begin(), b.begin() + 13) ==
-          strings{"agent_start", "turn_start", "message_start:user", "message_end:user", "message_start:assistant",
-                  "message_end:assistant:toolUse", "tool_execution_start", "tool_execution_end",
-                  "message_start:toolResult", "message_end:toolResult", "turn_end", "turn_start",
-                  "message_start:assistant"});
+          strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                  "message_start:assistant", "message_end:assistant:toolUse",
+                  "tool_execution_start", "tool_execution_end", "message_start:toolResult",
+                  "message_end:toolResult", "turn_end", "turn_start", "message_start:assistant"});
     auto reqs = h.requests();
     REQUIRE(reqs.size() == 3);
     CHECK(roles(reqs[1]) == strings{"user", "assistant", "toolResult"});
@@ -480,7 +557,8 @@ TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn; a retry co
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("a prompt while busy: refused without a behaviour, queued with followUp or steer", "[session][busy]") {
+TEST_CASE("a prompt while busy: refused without a behaviour, queued with followUp or steer",
+          "[session][busy]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     std::optional<prompt_result> refused, follow, steer;
@@ -492,8 +570,8 @@ TEST_CASE("a prompt while busy: refused without a behaviour, queued with followU
     h.prompt_into("later", streaming_behavior::follow_up, follow);
     CHECK(h.session->pending_message_count() == 2);
     CHECK_FALSE(steer);
-    h.advance(2000ms);   // retry 1: the steer joins the context before this request
-    h.advance(4000ms);   // retry 2 succeeds, then the follow-up runs
+    h.advance(2000ms);  // retry 1: the steer joins the context before this request
+    h.advance(4000ms);  // retry 2 succeeds, then the follow-up runs
     REQUIRE(h.done());
     REQUIRE(follow);
     REQUIRE(steer);
@@ -529,13 +607,15 @@ TEST_CASE("stall beyond the stream idle timeout is a retryable timeout error", "
     h.advance(1000ms);
     auto starts = h.of("auto_retry_start");
     REQUIRE(starts.size() == 1);
-    CHECK(std::string(starts[0].at("errorMessage").as_string()).find("timed out") != std::string::npos);
+    CHECK(std::string(starts[0].at("errorMessage").as_string()).find("timed out") !=
+          std::string::npos);
     h.advance(2000ms);
     REQUIRE(h.done());
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("abort while streaming (no retry) ends the prompt aborted, no retry", "[session][abort]") {
+TEST_CASE("abort while streaming (no retry) ends the prompt aborted, no retry",
+          "[session][abort]") {
     harness h(R"([{"text":"slow","delayMs":1000}])");
     h.prompt("hi");
     CHECK(h.session->is_streaming());
@@ -561,14 +641,16 @@ TEST_CASE("huge baseDelayMs saturates instead of overflowing", "[session][spec-4
     CHECK(h.done());
 }
 
-TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts the retry chain", "[session][embedding]") {
+TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts the retry chain",
+          "[session][embedding]") {
     harness h(two_errors_then_ok);
     asio::cancellation_signal cancel;
     std::optional<prompt_result> got;
-    h.session->async_prompt("hi", asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, prompt_result r) {
-                                if (e) std::rethrow_exception(e);
-                                got = std::move(r);
-                            }));
+    h.session->async_prompt("hi", asio::bind_cancellation_slot(
+                                      cancel.slot(), [&](std::exception_ptr e, prompt_result r) {
+                                          if (e) std::rethrow_exception(e);
+                                          got = std::move(r);
+                                      }));
     h.run_ready();
     REQUIRE(h.session->is_retrying());
     cancel.emit(asio::cancellation_type::terminal);
@@ -583,7 +665,8 @@ TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts 
     // a plain callback without a slot, on the next prompt, completes after the chain
     harness h2(two_errors_then_ok);
     std::optional<prompt_result> got2;
-    h2.session->async_prompt("hi", [&](std::exception_ptr, prompt_result r) { got2 = std::move(r); });
+    h2.session->async_prompt("hi",
+                             [&](std::exception_ptr, prompt_result r) { got2 = std::move(r); });
     h2.run_ready();
     CHECK_FALSE(got2);
     h2.advance(std::chrono::milliseconds(6000));
@@ -594,7 +677,8 @@ TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
-TEST_CASE("prompt() raced against a deadline with awaitable operators ends the turn cleanly", "[session][embedding]") {
+TEST_CASE("prompt() raced against a deadline with awaitable operators ends the turn cleanly",
+          "[session][embedding]") {
     using namespace asio::experimental::awaitable_operators;
     harness h(two_errors_then_ok);
     std::optional<std::string> winner;
@@ -622,15 +706,18 @@ TEST_CASE("prompt() raced against a deadline with awaitable operators ends the t
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("async_prompt: the handler runs on its associated executor; a late cancel has no effect", "[session][embedding]") {
+TEST_CASE("async_prompt: the handler runs on its associated executor; a late cancel has no effect",
+          "[session][embedding]") {
     harness h(R"([{"text":"one"},{"text":"two"}])");
     asio::io_context other;
     asio::cancellation_signal cancel;
     std::optional<prompt_result> got;
     h.session->async_prompt(
-        "hi", asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(other.get_executor(), [&](std::exception_ptr, prompt_result r) {
-                                               got = std::move(r);
-                                           })));
+        "hi", asio::bind_cancellation_slot(
+                  cancel.slot(), asio::bind_executor(other.get_executor(),
+                                                     [&](std::exception_ptr, prompt_result r) {
+                                                         got = std::move(r);
+                                                     })));
     h.run_ready();
     CHECK_FALSE(got);  // not run on the session's io_context
     other.poll();
@@ -648,10 +735,10 @@ TEST_CASE("cancelling a queued follow-up drops only its message", "[session][emb
     h.prompt("hi");
     asio::cancellation_signal cancel;
     std::optional<prompt_result> queued;
-    h.session->async_prompt("later", streaming_behavior::follow_up,
-                            asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr, prompt_result r) {
-                                queued = std::move(r);
-                            }));
+    h.session->async_prompt(
+        "later", streaming_behavior::follow_up,
+        asio::bind_cancellation_slot(
+            cancel.slot(), [&](std::exception_ptr, prompt_result r) { queued = std::move(r); }));
     h.run_ready();
     CHECK(h.session->pending_message_count() == 1);
     cancel.emit(asio::cancellation_type::terminal);
@@ -666,7 +753,10 @@ TEST_CASE("cancelling a queued follow-up drops only its message", "[session][emb
     CHECK(h.requests().size() == 3);  // no follow-up request
 }
 
-TEST_CASE("event and message text: what Boost.JSON writes for the same values, in the reference's key order", "[events]") {
+TEST_CASE(
+    "event and message text: what Boost.JSON writes for the same values, in the reference's key "
+    "order",
+    "[events]") {
     auto a = std::make_shared<message>();
     a->role = message_role::assistant;
     a->content.emplace_back(text_block{"q\"uote \\ \n\t\x01 é"});
@@ -697,7 +787,8 @@ TEST_CASE("event and message text: what Boost.JSON writes for the same values, i
         auto_retry_start_event{1, 3, 2000, "503 x"},
         auto_retry_end_event{false, 3, std::string("Retry cancelled")},
         auto_retry_end_event{true, 1, std::nullopt},
-        compaction_end_event{"overflow", json::value(json::object{{"summary", "s"}}), false, true, std::nullopt},
+        compaction_end_event{"overflow", json::value(json::object{{"summary", "s"}}), false, true,
+                             std::nullopt},
         retry_fallback_applied_event{"a/m1", "b/m2", "default"},
         retry_fallback_succeeded_event{"b/m2", "default"},
         agent_settled_event{},
@@ -710,16 +801,18 @@ TEST_CASE("event and message text: what Boost.JSON writes for the same values, i
     }
     std::string text;
     append_json(text, *a);
-    CHECK(text ==
-          R"({"role":"assistant","content":[{"type":"text","text":"q\"uote \\ \n\t\u0001 é"},)"
-          R"({"type":"toolCall","id":"id1","name":"tool","arguments":{"x":1.5E0,"s":"v"}}],)"
-          R"("api":"faux","provider":"faux","model":"faux","usage":{"input":3,"output":4,"cacheRead":0,)"
-          R"("cacheWrite":0,"totalTokens":7,"cost":{"input":5E-1,"output":1E-7,"cacheRead":0,"cacheWrite":2,)"
-          R"("total":1E300}},"stopReason":"error","errorMessage":"503 x","errorStatus":503,)"
-          R"("errorType":"overloaded","shouldRetry":false,"timestamp":1700000000000})");
+    CHECK(
+        text ==
+        R"({"role":"assistant","content":[{"type":"text","text":"q\"uote \\ \n\t\u0001 é"},)"
+        R"({"type":"toolCall","id":"id1","name":"tool","arguments":{"x":1.5E0,"s":"v"}}],)"
+        R"("api":"faux","provider":"faux","model":"faux","usage":{"input":3,"output":4,"cacheRead":0,)"
+        R"("cacheWrite":0,"totalTokens":7,"cost":{"input":5E-1,"output":1E-7,"cacheRead":0,"cacheWrite":2,)"
+        R"("total":1E300}},"stopReason":"error","errorMessage":"503 x","errorStatus":503,)"
+        R"("errorType":"overloaded","shouldRetry":false,"timestamp":1700000000000})");
     text.clear();
     append_json(text, *tr);
-    CHECK(text ==
-          R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
-          std::to_string(tr->timestamp) + "}");
+    CHECK(
+        text ==
+        R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
+            std::to_string(tr->timestamp) + "}");
 }

@@ -139,8 +139,10 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         CHECK(store.get(keys[i].key) == keys[i].value);
     }
     CHECK(store.warnings().empty());
-    CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+    CHECK(
+        store.get("retry") ==
+        json::parse(
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
@@ -175,8 +177,10 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(s.compaction.reserve_tokens == 1000);       // global
     CHECK(s.compaction.keep_recent_tokens == 20000);  // default
     CHECK(s.provider.connect_timeout_ms == 50);       // project
-    CHECK(store.get("retry") ==
-          json::parse(R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+    CHECK(
+        store.get("retry") ==
+        json::parse(
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);
@@ -610,7 +614,8 @@ TEST_CASE("settings paths", "[settings]") {
           fs::path("/src/app/.coagent/settings.json"));
 }
 
-TEST_CASE("retry additions beyond the spec: off by default, validated, layered", "[settings][beyond-spec]") {
+TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
+          "[settings][beyond-spec]") {
     temp_dir d;
     const coagent::settings plain{};
     CHECK_FALSE(plain.retry.honor_retry_after);
@@ -618,7 +623,9 @@ TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
     CHECK(plain.retry.jitter == coagent::retry_jitter::none);
     CHECK_FALSE(plain.retry.honor_should_retry);
 
-    write_file(d.global(), R"({"retry":{"honorRetryAfter":true,"maxDelayMs":500,"jitter":"equal","honorShouldRetry":true}})");
+    write_file(
+        d.global(),
+        R"({"retry":{"honorRetryAfter":true,"maxDelayMs":500,"jitter":"equal","honorShouldRetry":true}})");
     auto store = settings_store::load(d.global(), d.project());
     CHECK(store.warnings().empty());
     CHECK(store.current().retry.honor_retry_after);
@@ -635,7 +642,9 @@ TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
     CHECK(store.get("retry.jitter") == json::value("none"));
 
     auto e = expect_error([&] { store.set_override("retry.jitter", json::value("random")); });
-    CHECK(std::string(e.what()) == R"(<runtime>: key "retry.jitter": expected one of "none", "full" or "equal", found "random")");
+    CHECK(
+        std::string(e.what()) ==
+        R"(<runtime>: key "retry.jitter": expected one of "none", "full" or "equal", found "random")");
     write_file(d.project(), R"({"retry":{"maxDelayMs":-1}})");
     e = expect_error([&] { (void)settings_store::load(d.global(), d.project()); });
     CHECK(e.key == "retry.maxDelayMs");

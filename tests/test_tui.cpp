@@ -472,7 +472,8 @@ TEST_CASE("tui: model fallback lines (the reference's wording)") {
     d.start_prompt("hi");
     d.ev(retry_fallback_applied_event{"a/m1", "b/m2", "default"});
     d.ev(retry_fallback_succeeded_event{"b/m2", "default"});
-    CHECK(d.lines(kind::notice) == std::vector<std::string>{"Fallback: a/m1 -> b/m2", "Fallback succeeded on b/m2"});
+    CHECK(d.lines(kind::notice) ==
+          std::vector<std::string>{"Fallback: a/m1 -> b/m2", "Fallback succeeded on b/m2"});
 }
 
 TEST_CASE("tui: a reply without updates is shown whole") {

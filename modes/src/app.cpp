@@ -20,7 +20,8 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     : io_(io), opts_(std::move(opts)), store_(settings_store::defaults()) {
     try {
         dir_ = coagent_dir();
-        store_ = settings_store::load(global_settings_path(dir_), project_settings_path(fs::current_path()));
+        store_ = settings_store::load(global_settings_path(dir_),
+                                      project_settings_path(fs::current_path()));
     } catch (const settings_error& e) {
         throw config_error(e.what());
     }
@@ -60,8 +61,10 @@ void app_catalog::load() {
     if (models_) return;
     try {
         auto models = std::make_unique<models_config>(models_config::load(dir_ / "models.json"));
-        auto auth_log = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-        auth_ = std::make_shared<file_auth_storage>(dir_ / "auth.json", nullptr, std::move(auth_log));
+        auto auth_log = std::make_shared<spdlog::logger>(
+            "auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+        auth_ =
+            std::make_shared<file_auth_storage>(dir_ / "auth.json", nullptr, std::move(auth_log));
         for (const auto& w : models->warnings()) std::cerr << "warning: " << w.message() << "\n";
         for (const auto& w : auth_->warnings()) std::cerr << "warning: " << w.message() << "\n";
         models_ = std::move(models);
@@ -70,7 +73,8 @@ void app_catalog::load() {
     }
 }
 
-std::shared_ptr<provider> app_catalog::build(std::string_view provider_name, std::string_view model_id) {
+std::shared_ptr<provider> app_catalog::build(std::string_view provider_name,
+                                             std::string_view model_id) {
     if (provider_name == "faux") {
         if (!model_id.empty() && model_id != "faux")
             throw model_selection_error("model \"" + std::string(model_id) +
@@ -88,8 +92,9 @@ std::shared_ptr<provider> app_catalog::build(std::string_view provider_name, std
     const provider_entry& entry = *models_->find(provider_name);
     const fs::path models_file = dir_ / "models.json";
     if (ho.api_key.empty() && auth_->credential_count(provider_name) == 0 && entry.builtin)
-        throw config_error("no API key for provider " + entry.name + ": set " + entry.env_key + ", or add one to " +
-                           (dir_ / "auth.json").string() + " or " + models_file.string());
+        throw config_error("no API key for provider " + entry.name + ": set " + entry.env_key +
+                           ", or add one to " + (dir_ / "auth.json").string() + " or " +
+                           models_file.string());
     ho.auth = auth_;
     try {
         auto p = std::make_shared<http_provider>(std::move(ho));
@@ -100,7 +105,8 @@ std::shared_ptr<provider> app_catalog::build(std::string_view provider_name, std
     }
 }
 
-std::shared_ptr<provider> app_catalog::make(std::string_view provider_name, std::string_view model_id) {
+std::shared_ptr<provider> app_catalog::make(std::string_view provider_name,
+                                            std::string_view model_id) {
     try {
         return build(provider_name, model_id);
     } catch (const model_selection_error& e) {
@@ -108,10 +114,11 @@ std::shared_ptr<provider> app_catalog::make(std::string_view provider_name, std:
     }
 }
 
-std::shared_ptr<provider> app_catalog::resolve(std::string_view provider_name, std::string_view model_id,
-                                               std::string& error) {
+std::shared_ptr<provider> app_catalog::resolve(std::string_view provider_name,
+                                               std::string_view model_id, std::string& error) {
     try {
-        if (model_id.empty()) throw model_selection_error("no model named");  // a selector names its model
+        if (model_id.empty())
+            throw model_selection_error("no model named");  // a selector names its model
         return build(provider_name, model_id);
     } catch (const model_selection_error&) {
         error = "Model not found: " + std::string(provider_name) + "/" + std::string(model_id);
@@ -164,7 +171,8 @@ std::optional<fs::path> latest_session_file(const fs::path& dir, const std::stri
     return best;
 }
 
-std::unique_ptr<agent_session> app_context::make_session(bool resume, std::shared_ptr<spdlog::logger> logger) {
+std::unique_ptr<agent_session> app_context::make_session(bool resume,
+                                                         std::shared_ptr<spdlog::logger> logger) {
     session_options so;
     so.logger = std::move(logger);
     so.executor = io_.get_executor();
@@ -177,7 +185,8 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume, std::share
     if (resume && opts_.continue_last) {
         so.resume_file = latest_session_file(sessions_dir(), so.cwd);
         if (!so.resume_file)
-            throw config_error("--continue: no session of " + so.cwd + " in " + sessions_dir().string());
+            throw config_error("--continue: no session of " + so.cwd + " in " +
+                               sessions_dir().string());
     }
     try {
         return std::make_unique<agent_session>(std::move(so));

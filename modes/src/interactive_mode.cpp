@@ -298,7 +298,8 @@ class interactive_ui {
         } catch (const spdlog::spdlog_ex& e) {
             throw config_error("cannot open the log file " + log_path.string() + ": " + e.what());
         }
-        session_ = app_.make_session(true, std::move(log));  // config_error → exit 2, terminal untouched
+        session_ =
+            app_.make_session(true, std::move(log));  // config_error → exit 2, terminal untouched
         editor_.open();
 
         bool have_terminfo = false;
@@ -620,7 +621,8 @@ class interactive_ui {
 
     void on_event(const event& e) {
         // the footer names the model in use: a fallback switches it, a restored primary too
-        if (std::holds_alternative<agent_start_event>(e) || std::holds_alternative<retry_fallback_applied_event>(e))
+        if (std::holds_alternative<agent_start_event>(e) ||
+            std::holds_alternative<retry_fallback_applied_event>(e))
             ctl_.set_model_label(model_selector(session_->model()));
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();

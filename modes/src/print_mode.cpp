@@ -12,8 +12,8 @@ namespace coagent {
 
 std::string retry_progress_line(const auto_retry_start_event& e) {
     const std::int64_t secs = e.delay_ms <= 0 ? 0 : (e.delay_ms - 1) / 1000 + 1;  // ceil
-    return "Retrying (" + std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) + ") in " +
-           std::to_string(secs) + "s\u2026 \u2014 " + e.error_message;
+    return "Retrying (" + std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) +
+           ") in " + std::to_string(secs) + "s\u2026 \u2014 " + e.error_message;
 }
 
 std::string retry_failed_line(const auto_retry_end_event& e) {
@@ -80,10 +80,12 @@ int run_print_mode(app_context& app) {
         case prompt_result::status::succeeded:
             if (!json_mode) std::cout << text_of(*result->last_assistant) << std::endl;
             return 0;
-        case prompt_result::status::aborted: return 130;
+        case prompt_result::status::aborted:
+            return 130;
         default:
             // a retry chain's failure was already shown by its "Retry failed" line
-            if (!json_mode && !retry_failure_shown) std::cerr << "Error: " << result->error << std::endl;
+            if (!json_mode && !retry_failure_shown)
+                std::cerr << "Error: " << result->error << std::endl;
             return 1;
     }
 }

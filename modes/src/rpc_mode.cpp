@@ -16,8 +16,8 @@
 #include <unistd.h>
 #include <cmath>
 #include <csignal>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <system_error>
 #include <variant>
 
@@ -322,7 +322,8 @@ class rpc_server {
                         return;
                     }
                     if (auto ec = session_->set_session_name(std::move(name))) {
-                        fail(c, "Session name set, but the session file could not be written: " + ec.message());
+                        fail(c, "Session name set, but the session file could not be written: " +
+                                    ec.message());
                         return;
                     }
                     ok(c);
@@ -336,7 +337,6 @@ class rpc_server {
             fail(c, e.what());
         }
     }
-
 
     void persist(const rpc::command& c, std::string_view key) {
         auto& store = app_.settings_layers();
@@ -365,7 +365,8 @@ class rpc_server {
             // the new session keeps the model chosen with set_model
             const model_info m = session_->model();
             if (model_selector(fresh->model()) != model_selector(m))
-                if (auto error = fresh->set_model(m.provider, m.id); !error.empty()) throw std::runtime_error(error);
+                if (auto error = fresh->set_model(m.provider, m.id); !error.empty())
+                    throw std::runtime_error(error);
         } catch (const std::exception& e) {
             fail(c, e.what());
             return;

@@ -257,10 +257,12 @@ parse_result parse_command(std::string_view line) {
     // echoed as `Infinity`)
     const auto parsed = parse_json_strict(line);
     if (const auto& e = parsed.error) {
-        if (e->non_finite) return command_error{std::nullopt, "parse", "Failed to parse command: " + e->describe()};
-        return command_error{
-            std::nullopt, "parse",
-            "Failed to parse command: " + e->message + " (at byte " + std::to_string(e->offset) + ")"};
+        if (e->non_finite)
+            return command_error{std::nullopt, "parse",
+                                 "Failed to parse command: " + e->describe()};
+        return command_error{std::nullopt, "parse",
+                             "Failed to parse command: " + e->message + " (at byte " +
+                                 std::to_string(e->offset) + ")"};
     }
     const json::value& v = parsed.value;
     if (!v.is_object())

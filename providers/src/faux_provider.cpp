@@ -16,18 +16,20 @@ namespace asio = boost::asio;
 
 namespace {
 
-[[noreturn]] void step_error(const std::string& source, std::size_t index, const std::string& what) {
+[[noreturn]] void step_error(const std::string& source, std::size_t index,
+                             const std::string& what) {
     throw faux_script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
 }
 
-std::int64_t non_negative_int(const json::object& o, std::string_view key, const std::string& source,
-                              std::size_t index) {
+std::int64_t non_negative_int(const json::object& o, std::string_view key,
+                              const std::string& source, std::size_t index) {
     const auto* v = o.if_contains(key);
     if (!v) return 0;
     if (v->is_int64() && v->get_int64() >= 0) return v->get_int64();
     if (v->is_uint64()) return *saturating_int64(*v);
-    step_error(source, index, "\"" + std::string(key) + "\" must be a non-negative integer, found " +
-                                  json::serialize(*v));
+    step_error(source, index,
+               "\"" + std::string(key) + "\" must be a non-negative integer, found " +
+                   json::serialize(*v));
 }
 
 }  // namespace
@@ -36,19 +38,22 @@ faux_script faux_script::parse(std::string_view text, const std::string& source)
     auto parsed = parse_json_strict(text);
     if (const auto& e = parsed.error) {
         if (e->non_finite) throw faux_script_error(source + ": " + e->describe());
-        throw faux_script_error(source + ":" + std::to_string(e->line) + ":" + std::to_string(e->column) +
-                                ": invalid JSON: " + e->message);
+        throw faux_script_error(source + ":" + std::to_string(e->line) + ":" +
+                                std::to_string(e->column) + ": invalid JSON: " + e->message);
     }
     json::value v = std::move(parsed.value);
-    if (!v.is_array()) throw faux_script_error(source + ": the script must be a JSON array of steps");
+    if (!v.is_array())
+        throw faux_script_error(source + ": the script must be a JSON array of steps");
     faux_script s;
     const auto& arr = v.get_array();
     for (std::size_t i = 0; i < arr.size(); ++i) {
         if (!arr[i].is_object()) step_error(source, i, "a step must be an object");
         const auto& o = arr[i].get_object();
         faux_step st;
-        const int kinds = int(o.contains("error")) + int(o.contains("text")) + int(o.contains("toolCall"));
-        if (kinds != 1) step_error(source, i, "needs exactly one of \"error\", \"text\", \"toolCall\"");
+        const int kinds =
+            int(o.contains("error")) + int(o.contains("text")) + int(o.contains("toolCall"));
+        if (kinds != 1)
+            step_error(source, i, "needs exactly one of \"error\", \"text\", \"toolCall\"");
         if (const auto* e = o.if_contains("error")) {
             if (!e->is_string()) step_error(source, i, "\"error\" must be a string");
             st.type = faux_step::kind::error;
@@ -78,24 +83,27 @@ faux_script faux_script::parse(std::string_view text, const std::string& source)
             const auto& tc = o.at("toolCall");
             if (!tc.is_object()) step_error(source, i, "\"toolCall\" must be an object");
             const auto* name = tc.get_object().if_contains("name");
-            if (!name || !name->is_string()) step_error(source, i, "\"toolCall.name\" must be a string");
+            if (!name || !name->is_string())
+                step_error(source, i, "\"toolCall.name\" must be a string");
             st.type = faux_step::kind::tool_call;
             st.tool_name = name->get_string();
             if (const auto* a = tc.get_object().if_contains("arguments")) {
-                if (!a->is_object()) step_error(source, i, "\"toolCall.arguments\" must be an object");
+                if (!a->is_object())
+                    step_error(source, i, "\"toolCall.arguments\" must be an object");
                 st.tool_arguments = a->get_object();
             }
         }
         if (o.contains("times")) {
             auto n = non_negative_int(o, "times", source, i);
-            if (n < 1 || n > 1'000'000'000) step_error(source, i, "\"times\" must be between 1 and 1e9");
+            if (n < 1 || n > 1'000'000'000)
+                step_error(source, i, "\"times\" must be between 1 and 1e9");
             st.times = static_cast<int>(n);
         }
         st.delay_ms = non_negative_int(o, "delayMs", source, i);
         st.stall_ms = non_negative_int(o, "stallMs", source, i);
         for (const auto& kv : o) {
-            static constexpr std::string_view known[] = {"error", "status", "text", "usage", "toolCall",
-                                                         "times", "delayMs", "stallMs"};
+            static constexpr std::string_view known[] = {
+                "error", "status", "text", "usage", "toolCall", "times", "delayMs", "stallMs"};
             if (std::find(std::begin(known), std::end(known), kv.key()) == std::end(known))
                 step_error(source, i, "unknown field \"" + std::string(kv.key()) + "\"");
         }
@@ -157,8 +165,9 @@ void faux_provider::record(const provider_request& req) {
     faux_request r;
     r.messages.reserve(req.messages.size());
     for (const auto& m : req.messages)
-        r.messages.push_back({std::string(to_string(m->role)), text_of(*m),
-                              m->role == message_role::assistant ? std::string(to_string(m->stop)) : ""});
+        r.messages.push_back(
+            {std::string(to_string(m->role)), text_of(*m),
+             m->role == message_role::assistant ? std::string(to_string(m->stop)) : ""});
     std::lock_guard lock(mutex_);
     if (log_) {
         json::object line;
@@ -196,8 +205,8 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
     auto ex = co_await asio::this_coro::executor;
     std::optional<faux_step> step = next_step();
     if (step && step->delay_ms > 0) {
-        const bool elapsed = co_await sleep_for(ex, opts_.clock, std::chrono::milliseconds(step->delay_ms),
-                                                abort.slot());
+        const bool elapsed = co_await sleep_for(
+            ex, opts_.clock, std::chrono::milliseconds(step->delay_ms), abort.slot());
         if (!elapsed || abort.requested()) {
             out.stop = stop_reason::aborted;
             out.error_message = "Request was aborted";
@@ -222,12 +231,13 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
                 std::lock_guard lock(mutex_);
                 n = ++tool_calls_;
             }
-            out.content.emplace_back(tool_call_block{"faux_call_" + std::to_string(n), step->tool_name,
-                                                     step->tool_arguments});
+            out.content.emplace_back(tool_call_block{"faux_call_" + std::to_string(n),
+                                                     step->tool_name, step->tool_arguments});
             out.stop = stop_reason::tool_use;
             co_return;
         }
-        case faux_step::kind::text: break;
+        case faux_step::kind::text:
+            break;
     }
 
     // stream the text word by word; a stall happens halfway
@@ -249,8 +259,8 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
             const auto idle = opts_.stream_idle_timeout_ms;
             const bool times_out = idle > 0 && step->stall_ms > idle;
             const auto wait_ms = times_out ? idle : step->stall_ms;
-            const bool elapsed = co_await sleep_for(ex, opts_.clock, std::chrono::milliseconds(wait_ms),
-                                                    abort.slot());
+            const bool elapsed = co_await sleep_for(
+                ex, opts_.clock, std::chrono::milliseconds(wait_ms), abort.slot());
             if (!elapsed || abort.requested()) {
                 out.stop = stop_reason::aborted;
                 out.error_message = "Request was aborted";
@@ -258,8 +268,8 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
             }
             if (times_out) {
                 out.stop = stop_reason::error;
-                out.error_message = "Stream idle timeout: no data for " + std::to_string(idle) +
-                                    " ms (timed out)";
+                out.error_message =
+                    "Stream idle timeout: no data for " + std::to_string(idle) + " ms (timed out)";
                 co_return;
             }
         }

@@ -26,40 +26,50 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string found_text(const json::value& v) { return config_file::compact(v); }
+std::string found_text(const json::value& v) {
+    return config_file::compact(v);
+}
 
-std::optional<std::string> read_all(const fs::path& p) { return config_file::read(p, p.string()); }
+std::optional<std::string> read_all(const fs::path& p) {
+    return config_file::read(p, p.string());
+}
 
 json::object parse_root(std::string_view text, const std::string& label) {
     return config_file::parse_object(text, label, "a JSON object of providers");
 }
 
 // The credential objects of one provider's value (an object or an array of objects).
-std::vector<json::object*> credential_objects(json::value& v, const std::string& label, const std::string& provider) {
+std::vector<json::object*> credential_objects(json::value& v, const std::string& label,
+                                              const std::string& provider) {
     std::vector<json::object*> out;
     if (v.is_object()) {
         out.push_back(&v.get_object());
         return out;
     }
-    if (!v.is_array()) throw settings_error(label, provider, "a credential object or an array of them", found_text(v));
+    if (!v.is_array())
+        throw settings_error(label, provider, "a credential object or an array of them",
+                             found_text(v));
     auto& a = v.get_array();
     for (std::size_t i = 0; i < a.size(); ++i) {
         if (!a[i].is_object())
-            throw settings_error(label, provider + "[" + std::to_string(i) + "]", "a credential object", found_text(a[i]));
+            throw settings_error(label, provider + "[" + std::to_string(i) + "]",
+                                 "a credential object", found_text(a[i]));
         out.push_back(&a[i].get_object());
     }
     return out;
 }
 
-std::string cred_key(const std::string& provider, std::size_t i, bool array, std::string_view field) {
-    return provider + (array ? "[" + std::to_string(i) + "]" : std::string()) + "." + std::string(field);
+std::string cred_key(const std::string& provider, std::size_t i, bool array,
+                     std::string_view field) {
+    return provider + (array ? "[" + std::to_string(i) + "]" : std::string()) + "." +
+           std::string(field);
 }
 
 std::string stamp_of(const fs::path& p) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return "missing";
-    return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
-           "." + std::to_string(st.st_mtim.tv_nsec);
+    return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
 }  // namespace
@@ -69,8 +79,9 @@ constexpr std::string_view credential_fields[] = {"type", "key", "blockedUntil"}
 
 // The api_key credentials of a parsed auth.json, validated. Unknown fields of api_key
 // credentials are appended to `warnings` (when given), each once.
-static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> credentials_of(
-    json::object& root, const std::string& label, std::vector<settings_warning>* warnings = nullptr) {
+static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>>
+credentials_of(json::object& root, const std::string& label,
+               std::vector<settings_warning>* warnings = nullptr) {
     std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, std::less<>> out;
     for (auto& kv : root) {
         const std::string provider(kv.key());
@@ -81,20 +92,22 @@ static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, 
             json::object& c = *objs[i];
             const auto* type = c.if_contains("type");
             if (type && !type->is_string())
-                throw settings_error(label, cred_key(provider, i, array, "type"), "a string", found_text(*type));
+                throw settings_error(label, cred_key(provider, i, array, "type"), "a string",
+                                     found_text(*type));
             if (type && type->get_string() != "api_key") continue;  // oauth etc.: kept, not used
             if (warnings)
                 for (const auto& kv : c)
                     if (const std::string_view field = kv.key();
-                        std::find(std::begin(credential_fields), std::end(credential_fields), field) ==
-                        std::end(credential_fields)) {
+                        std::find(std::begin(credential_fields), std::end(credential_fields),
+                                  field) == std::end(credential_fields)) {
                         settings_warning w{label, cred_key(provider, i, array, field)};
                         if (std::find(warnings->begin(), warnings->end(), w) == warnings->end())
                             warnings->push_back(std::move(w));
                     }
             const auto* key = c.if_contains("key");
             if (!key || !key->is_string() || key->get_string().empty())
-                throw settings_error(label, cred_key(provider, i, array, "key"), "a non-empty string",
+                throw settings_error(label, cred_key(provider, i, array, "key"),
+                                     "a non-empty string",
                                      key ? found_text(*key) : "nothing (missing)");
             std::int64_t blocked = 0;
             if (const auto* b = c.if_contains("blockedUntil")) {
@@ -102,7 +115,8 @@ static std::map<std::string, std::vector<std::pair<std::string, std::int64_t>>, 
                     blocked = b->get_int64();
                 else if (!b->is_null())
                     throw settings_error(label, cred_key(provider, i, array, "blockedUntil"),
-                                         "an epoch time in ms (a non-negative integer)", found_text(*b));
+                                         "an epoch time in ms (a non-negative integer)",
+                                         found_text(*b));
             }
             list.emplace_back(std::string(key->get_string()), blocked);
         }
@@ -166,7 +180,8 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
     return chosen.key;
 }
 
-bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
+bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
+                                                 std::string_view session_id,
                                                  std::optional<std::int64_t> retry_after_ms) {
     std::lock_guard lock(mutex_);
     const std::string k = std::string(provider) + '\n' + std::string(session_id);
@@ -178,7 +193,8 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std:
 
     config_file::lock flock_guard(file_);
     if (!flock_guard.error.empty() && logger_)
-        logger_->warn("cannot lock {}: {} (writing without the lock)", file_.string(), flock_guard.error);
+        logger_->warn("cannot lock {}: {} (writing without the lock)", file_.string(),
+                      flock_guard.error);
     try {
         auto text = read_all(file_);
         json::object root = text ? parse_root(*text, file_.string()) : json::object();
@@ -188,9 +204,12 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std:
             for (auto* c : credential_objects(*pv, file_.string(), std::string(provider))) {
                 const auto* type = c->if_contains("type");
                 const auto* key = c->if_contains("key");
-                if ((type && type->get_string() != "api_key") || !key || key->get_string() != u->second) continue;
+                if ((type && type->get_string() != "api_key") || !key ||
+                    key->get_string() != u->second)
+                    continue;
                 std::int64_t old = 0;
-                if (const auto* b = c->if_contains("blockedUntil"); b && b->is_int64()) old = b->get_int64();
+                if (const auto* b = c->if_contains("blockedUntil"); b && b->is_int64())
+                    old = b->get_int64();
                 (*c)["blockedUntil"] = std::max(old, until);
                 found = true;
                 break;
@@ -198,19 +217,21 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider, std:
         }
         if (found) {
             // mode 0600: credentials are the owner's only
-            config_file::write_atomically(file_, config_file::pretty(json::value(root)), file_.string(), 0600);
+            config_file::write_atomically(file_, config_file::pretty(json::value(root)),
+                                          file_.string(), 0600);
             table fresh;
             for (auto& [p, list] : credentials_of(root, file_.string()))
                 for (auto& [key, blocked] : list) fresh[p].push_back({key, blocked});
             creds_ = std::move(fresh);
             stamp_ = stamp_of(file_);
         } else if (logger_) {
-            logger_->warn("{}: the credential in use for {} is no longer in the file; not blocked", file_.string(),
-                          provider);
+            logger_->warn("{}: the credential in use for {} is no longer in the file; not blocked",
+                          file_.string(), provider);
         }
     } catch (const settings_error& e) {
         // keep going in memory: the block still holds for this process
-        if (logger_) logger_->error("cannot record the usage limit in {}: {}", file_.string(), e.what());
+        if (logger_)
+            logger_->error("cannot record the usage limit in {}: {}", file_.string(), e.what());
         if (auto it = creds_.find(provider); it != creds_.end())
             for (auto& c : it->second)
                 if (c.key == u->second) c.blocked_until = std::max(c.blocked_until, until);

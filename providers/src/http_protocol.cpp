@@ -18,9 +18,9 @@ namespace coagent::http_protocol {
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
            });
 }
 
@@ -50,7 +50,8 @@ std::int64_t ceil_ms(double ms) noexcept {
 
 std::int64_t sat_sub(std::int64_t a, std::int64_t b) noexcept {
     if (b < 0 && a > int64_max + b) return int64_max;
-    if (b > 0 && a < std::numeric_limits<std::int64_t>::min() + b) return std::numeric_limits<std::int64_t>::min();
+    if (b > 0 && a < std::numeric_limits<std::int64_t>::min() + b)
+        return std::numeric_limits<std::int64_t>::min();
     return a - b;
 }
 
@@ -95,10 +96,12 @@ std::vector<std::string_view> split_ws(std::string_view s) {
     return out;
 }
 
-std::optional<std::int64_t> make_time(int year, unsigned month, int day, std::string_view hms) noexcept {
+std::optional<std::int64_t> make_time(int year, unsigned month, int day,
+                                      std::string_view hms) noexcept {
     if (hms.size() != 8 || hms[2] != ':' || hms[5] != ':') return std::nullopt;
     auto h = digits(hms.substr(0, 2)), mi = digits(hms.substr(3, 2)), se = digits(hms.substr(6, 2));
-    if (!h || !mi || !se || *h > 23 || *mi > 59 || *se > 60 || day < 1 || day > 31) return std::nullopt;
+    if (!h || !mi || !se || *h > 23 || *mi > 59 || *se > 60 || day < 1 || day > 31)
+        return std::nullopt;
     const std::int64_t days = days_from_civil(year, month, static_cast<unsigned>(day));
     return (days * 86400 + *h * 3600 + *mi * 60 + *se) * 1000;
 }
@@ -109,7 +112,8 @@ std::string compact_json(const json::value& v, std::size_t max_len = 1000) {
 
 // The message of an error object ({"message":…,"type":…,"code":…}) with its type.
 void error_from_object(const json::object& e, std::string& message, std::string& type) {
-    if (const auto* m = e.if_contains("message")) message = m->is_string() ? std::string(m->get_string()) : compact_json(*m);
+    if (const auto* m = e.if_contains("message"))
+        message = m->is_string() ? std::string(m->get_string()) : compact_json(*m);
     if (const auto* t = e.if_contains("type"); t && t->is_string()) type = t->get_string();
     if (type.empty())
         if (const auto* c = e.if_contains("code"); c && c->is_string()) type = c->get_string();
@@ -156,8 +160,8 @@ void schema_or_empty(std::string& out, const json::object& o) {
 }
 
 // ,"tools":[<open>"name":…,"description":…,"<schema_key>":…<close>,…] (nothing without tools)
-void append_tools(std::string& out, const std::vector<tool_definition>& tools, std::string_view open,
-                  std::string_view schema_key, std::string_view close) {
+void append_tools(std::string& out, const std::vector<tool_definition>& tools,
+                  std::string_view open, std::string_view schema_key, std::string_view close) {
     if (tools.empty()) return;
     out += ",\"tools\":[";
     for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -180,7 +184,8 @@ std::size_t body_size_hint(const provider_request& req) {
     for (const auto& m : req.messages) {
         n += 64;
         for (const auto& b : m->content)
-            if (const auto* t = std::get_if<text_block>(&b)) n += t->text.size() + t->text.size() / 16;
+            if (const auto* t = std::get_if<text_block>(&b))
+                n += t->text.size() + t->text.size() / 16;
     }
     return n;
 }
@@ -352,7 +357,7 @@ std::string stream_error_text(std::string message, const std::string& type) {
 }
 
 class openai_decoder final : public stream_decoder {
-public:
+  public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
         if (state_ != state::streaming) return;
         if (ev.data == "[DONE]") {
@@ -389,7 +394,8 @@ public:
         const auto& choice = ch0.get_object();
         if (const auto* d = choice.if_contains("delta"); d && d->is_object()) {
             const auto& delta = d->get_object();
-            if (const auto* c = delta.if_contains("content"); c && c->is_string() && !c->get_string().empty()) {
+            if (const auto* c = delta.if_contains("content");
+                c && c->is_string() && !c->get_string().empty()) {
                 const std::string_view piece = c->get_string();
                 if (out.content.empty() || !std::holds_alternative<text_block>(out.content.back()))
                     out.content.emplace_back(text_block{});
@@ -409,13 +415,16 @@ public:
                         tool_args_[it->second];
                     }
                     auto& block = std::get<tool_call_block>(out.content[it->second]);
-                    if (const auto* id = tc.if_contains("id"); id && id->is_string() && !id->get_string().empty())
+                    if (const auto* id = tc.if_contains("id");
+                        id && id->is_string() && !id->get_string().empty())
                         block.id = id->get_string();
                     if (const auto* fn = tc.if_contains("function"); fn && fn->is_object()) {
                         const auto& f = fn->get_object();
-                        if (const auto* n = f.if_contains("name"); n && n->is_string() && !n->get_string().empty())
+                        if (const auto* n = f.if_contains("name");
+                            n && n->is_string() && !n->get_string().empty())
                             block.name = n->get_string();
-                        if (const auto* a = f.if_contains("arguments"); a && a->is_string() && !a->get_string().empty()) {
+                        if (const auto* a = f.if_contains("arguments");
+                            a && a->is_string() && !a->get_string().empty()) {
                             if (!grow(out, a->get_string().size())) return;
                             tool_args_[it->second].append(a->get_string());
                             notify_tool_delta(observer, out, a->get_string());
@@ -424,7 +433,8 @@ public:
                 }
             }
         }
-        if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string()) finish_reason_ = f->get_string();
+        if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())
+            finish_reason_ = f->get_string();
     }
 
     void on_end(message& out) override {
@@ -436,7 +446,7 @@ public:
         fail(out, "Stream ended without a finish reason (the response was incomplete)");
     }
 
-private:
+  private:
     void done(message& out) {
         if (!finish_text_and_tools(out)) return;
         if (finish_reason_ == "length") {
@@ -458,7 +468,7 @@ private:
 };
 
 class anthropic_decoder final : public stream_decoder {
-public:
+  public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
         if (state_ != state::streaming) return;
         const json::object* obj = parse_event(ev, out);
@@ -469,7 +479,8 @@ public:
 
         if (type == "message_start") {
             if (const auto* m = o.if_contains("message"); m && m->is_object())
-                if (const auto* u = m->get_object().if_contains("usage"); u && u->is_object()) usage(u->get_object(), out);
+                if (const auto* u = m->get_object().if_contains("usage"); u && u->is_object())
+                    usage(u->get_object(), out);
         } else if (type == "content_block_start") {
             const std::int64_t idx = int_of(o.if_contains("index"));
             const auto* cb = o.if_contains("content_block");
@@ -487,8 +498,10 @@ public:
                 blocks_[idx] = out.content.size() - 1;
             } else if (bt->get_string() == "tool_use") {
                 tool_call_block c;
-                if (const auto* s = b.if_contains("id"); s && s->is_string()) c.id = s->get_string();
-                if (const auto* s = b.if_contains("name"); s && s->is_string()) c.name = s->get_string();
+                if (const auto* s = b.if_contains("id"); s && s->is_string())
+                    c.id = s->get_string();
+                if (const auto* s = b.if_contains("name"); s && s->is_string())
+                    c.name = s->get_string();
                 out.content.emplace_back(std::move(c));
                 blocks_[idx] = out.content.size() - 1;
                 tool_args_[out.content.size() - 1];
@@ -503,7 +516,9 @@ public:
             if (!dt || !dt->is_string()) return;
             if (dt->get_string() == "text_delta") {
                 const auto* t = delta.if_contains("text");
-                if (!t || !t->is_string() || !std::holds_alternative<text_block>(out.content[it->second])) return;
+                if (!t || !t->is_string() ||
+                    !std::holds_alternative<text_block>(out.content[it->second]))
+                    return;
                 if (!grow(out, t->get_string().size())) return;
                 std::get<text_block>(out.content[it->second]).text.append(t->get_string());
                 observer.on_text_delta(out, t->get_string());
@@ -520,12 +535,14 @@ public:
             if (const auto* d = o.if_contains("delta"); d && d->is_object())
                 if (const auto* s = d->get_object().if_contains("stop_reason"); s && s->is_string())
                     stop_reason_ = s->get_string();
-            if (const auto* u = o.if_contains("usage"); u && u->is_object()) usage(u->get_object(), out);
+            if (const auto* u = o.if_contains("usage"); u && u->is_object())
+                usage(u->get_object(), out);
         } else if (type == "message_stop") {
             done(out);
         } else if (type == "error") {
             std::string msg, etype;
-            if (const auto* e = o.if_contains("error"); e && e->is_object()) error_from_object(e->get_object(), msg, etype);
+            if (const auto* e = o.if_contains("error"); e && e->is_object())
+                error_from_object(e->get_object(), msg, etype);
             fail(out, stream_error_text(std::move(msg), etype), etype);
         }
         // "ping" and unknown events are ignored (the API may add event types)
@@ -536,15 +553,17 @@ public:
         fail(out, "Stream ended without message_stop (the response was incomplete)");
     }
 
-private:
+  private:
     void usage(const json::object& u, message& out) {
         if (u.contains("input_tokens")) out.usage.input = int_of(u.if_contains("input_tokens"));
         if (u.contains("output_tokens")) out.usage.output = int_of(u.if_contains("output_tokens"));
-        if (u.contains("cache_read_input_tokens")) out.usage.cache_read = int_of(u.if_contains("cache_read_input_tokens"));
+        if (u.contains("cache_read_input_tokens"))
+            out.usage.cache_read = int_of(u.if_contains("cache_read_input_tokens"));
         if (u.contains("cache_creation_input_tokens"))
             out.usage.cache_write = int_of(u.if_contains("cache_creation_input_tokens"));
-        out.usage.total_tokens = saturating_add(saturating_add(out.usage.input, out.usage.output),
-                                                saturating_add(out.usage.cache_read, out.usage.cache_write));
+        out.usage.total_tokens =
+            saturating_add(saturating_add(out.usage.input, out.usage.output),
+                           saturating_add(out.usage.cache_read, out.usage.cache_write));
     }
 
     void done(message& out) {
@@ -599,16 +618,18 @@ std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept {
     s = trim(s);
     const auto parts = split_ws(s);
     // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT"
-    if (parts.size() == 6 && parts[0].size() == 4 && parts[0].back() == ',' && iequals(parts[5], "GMT")) {
+    if (parts.size() == 6 && parts[0].size() == 4 && parts[0].back() == ',' &&
+        iequals(parts[5], "GMT")) {
         auto day = digits(parts[1]);
         auto mon = month_of(parts[2]);
         auto year = digits(parts[3]);
-        if (day && mon && year && parts[3].size() == 4) return make_time(*year, *mon, *day, parts[4]);
+        if (day && mon && year && parts[3].size() == 4)
+            return make_time(*year, *mon, *day, parts[4]);
         return std::nullopt;
     }
     // RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT"
-    if (parts.size() == 4 && parts[0].back() == ',' && iequals(parts[3], "GMT") && parts[1].size() == 9 &&
-        parts[1][2] == '-' && parts[1][6] == '-') {
+    if (parts.size() == 4 && parts[0].back() == ',' && iequals(parts[3], "GMT") &&
+        parts[1].size() == 9 && parts[1][2] == '-' && parts[1][6] == '-') {
         auto day = digits(parts[1].substr(0, 2));
         auto mon = month_of(parts[1].substr(3, 3));
         auto yy = digits(parts[1].substr(7, 2));
@@ -620,12 +641,14 @@ std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept {
         auto mon = month_of(parts[1]);
         auto day = digits(parts[2]);
         auto year = digits(parts[4]);
-        if (mon && day && year && parts[4].size() == 4) return make_time(*year, *mon, *day, parts[3]);
+        if (mon && day && year && parts[4].size() == 4)
+            return make_time(*year, *mon, *day, parts[3]);
     }
     return std::nullopt;
 }
 
-std::optional<std::int64_t> retry_hint_from_headers(const header_list& h, std::int64_t now_ms) noexcept {
+std::optional<std::int64_t> retry_hint_from_headers(const header_list& h,
+                                                    std::int64_t now_ms) noexcept {
     std::optional<std::int64_t> best;
     auto consider = [&](std::int64_t ms) {
         if (ms > 0 && (!best || ms > *best)) best = ms;
@@ -639,10 +662,12 @@ std::optional<std::int64_t> retry_hint_from_headers(const header_list& h, std::i
             consider(sat_sub(*t, now_ms));
     }
     if (auto v = find_header(h, "x-ratelimit-reset-ms")) {
-        if (auto n = parse_number(*v)) consider(*n > 1e12 ? sat_sub(ceil_ms(*n), now_ms) : ceil_ms(*n));
+        if (auto n = parse_number(*v))
+            consider(*n > 1e12 ? sat_sub(ceil_ms(*n), now_ms) : ceil_ms(*n));
     }
     if (auto v = find_header(h, "x-ratelimit-reset")) {
-        if (auto n = parse_number(*v)) consider(*n > 1e9 ? sat_sub(ceil_ms(*n * 1000.0), now_ms) : ceil_ms(*n * 1000.0));
+        if (auto n = parse_number(*v))
+            consider(*n > 1e9 ? sat_sub(ceil_ms(*n * 1000.0), now_ms) : ceil_ms(*n * 1000.0));
     }
     return best;
 }
@@ -687,9 +712,11 @@ error_details http_error_text(int status, std::string_view body) {
                 msg = e->get_string();
         }
         if (msg.empty())
-            if (const auto* m = o.if_contains("message"); m && m->is_string()) msg = m->get_string();
+            if (const auto* m = o.if_contains("message"); m && m->is_string())
+                msg = m->get_string();
         if (d.type.empty())
-            if (const auto* t = o.if_contains("type"); t && t->is_string() && t->get_string() != "error")
+            if (const auto* t = o.if_contains("type");
+                t && t->is_string() && t->get_string() != "error")
                 d.type = t->get_string();
         if (msg.empty()) msg = compact_json(v);
     } else if (!ec) {
@@ -729,8 +756,8 @@ bool stream_decoder::finish_text_and_tools(message& out) {
         if (parsed && parsed.value.is_object())
             block->arguments = std::move(parsed.value.get_object());
         else if (parsed.error && parsed.error->non_finite && non_finite.empty())
-            non_finite = "Invalid stream data from the provider: the arguments of tool call \"" + block->name +
-                         "\": " + parsed.error->describe();
+            non_finite = "Invalid stream data from the provider: the arguments of tool call \"" +
+                         block->name + "\": " + parsed.error->describe();
         // invalid JSON arguments stay empty (the tool reports what it misses)
     }
     tool_args_.clear();
@@ -751,11 +778,12 @@ const json::object* stream_decoder::parse_event(const sse_event& ev, message& ou
 }
 
 bool stream_decoder::grow(message& out, std::size_t bytes) {
-    if (bytes <= max_reply_bytes_ - std::min(reply_bytes_, max_reply_bytes_) ) {
+    if (bytes <= max_reply_bytes_ - std::min(reply_bytes_, max_reply_bytes_)) {
         reply_bytes_ += bytes;
         return true;
     }
-    fail(out, "Reply too large: the provider streamed more than " + std::to_string(max_reply_bytes_) +
+    fail(out, "Reply too large: the provider streamed more than " +
+                  std::to_string(max_reply_bytes_) +
                   " bytes of text and tool-call arguments (the limit of one reply)");
     return false;
 }

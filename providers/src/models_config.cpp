@@ -19,7 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string found_text(const json::value& v) { return config_file::compact(v); }
+std::string found_text(const json::value& v) {
+    return config_file::compact(v);
+}
 
 // Warns (once) about the keys of `o` that are neither used by coagent (`known`) nor known to be
 // the reference agent's (`reference`).
@@ -33,7 +35,8 @@ void warn_unknown(const json::object& o, const std::string& file, const std::str
             std::find(std::begin(reference), std::end(reference), key) != std::end(reference))
             continue;
         settings_warning w{file, path.empty() ? std::string(key) : path + "." + std::string(key)};
-        if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(std::move(w));
+        if (std::find(warnings.begin(), warnings.end(), w) == warnings.end())
+            warnings.push_back(std::move(w));
     }
 }
 
@@ -42,7 +45,8 @@ constexpr std::string_view no_keys[] = {""};
 constexpr std::string_view provider_keys[] = {"baseUrl", "api", "apiKey", "headers", "models"};
 constexpr std::string_view reference_provider_keys[] = {"authHeader", "compat"};
 constexpr std::string_view model_keys[] = {"id", "name", "contextWindow", "maxTokens", "api"};
-constexpr std::string_view reference_model_keys[] = {"compat", "cost", "reasoning", "input", "headers"};
+constexpr std::string_view reference_model_keys[] = {"compat", "cost", "reasoning", "input",
+                                                     "headers"};
 
 [[noreturn]] void fail(const std::string& file, const std::string& key, const std::string& expected,
                        const json::value& v) {
@@ -55,15 +59,17 @@ std::string string_field(const json::object& o, std::string_view name, const std
     const std::string key = path + "." + std::string(name);
     if (!v) {
         if (required)
-            throw settings_error(file, key, non_empty ? "a non-empty string" : "a string", "nothing (missing)");
+            throw settings_error(file, key, non_empty ? "a non-empty string" : "a string",
+                                 "nothing (missing)");
         return {};
     }
-    if (!v->is_string() || (non_empty && v->get_string().empty())) fail(file, key, non_empty ? "a non-empty string" : "a string", *v);
+    if (!v->is_string() || (non_empty && v->get_string().empty()))
+        fail(file, key, non_empty ? "a non-empty string" : "a string", *v);
     return std::string(v->get_string());
 }
 
-std::optional<std::int64_t> positive_int(const json::object& o, std::string_view name, const std::string& file,
-                                         const std::string& path) {
+std::optional<std::int64_t> positive_int(const json::object& o, std::string_view name,
+                                         const std::string& file, const std::string& path) {
     const auto* v = o.if_contains(name);
     if (!v) return std::nullopt;
     const std::string key = path + "." + std::string(name);
@@ -74,7 +80,8 @@ std::optional<std::int64_t> positive_int(const json::object& o, std::string_view
     fail(file, key, "a positive integer", *v);
 }
 
-std::optional<http_protocol::api_kind> api_field(const json::object& o, const std::string& file, const std::string& path) {
+std::optional<http_protocol::api_kind> api_field(const json::object& o, const std::string& file,
+                                                 const std::string& path) {
     const auto* v = o.if_contains("api");
     if (!v) return std::nullopt;
     if (v->is_string())
@@ -103,7 +110,8 @@ model_entry parse_model(const json::value& v, const std::string& file, const std
 }
 
 void add_or_replace(std::vector<model_entry>& models, model_entry m) {
-    auto it = std::find_if(models.begin(), models.end(), [&](const model_entry& x) { return x.id == m.id; });
+    auto it = std::find_if(models.begin(), models.end(),
+                           [&](const model_entry& x) { return x.id == m.id; });
     if (it != models.end())
         *it = std::move(m);
     else
@@ -138,16 +146,18 @@ models_config models_config::builtins() {
     openai.api = http_protocol::api_kind::openai_completions;
     openai.env_key = "OPENAI_API_KEY";
     openai.builtin = true;
-    openai.models = {builtin_model("gpt-4.1", 1047576, 32768), builtin_model("gpt-4.1-mini", 1047576, 32768),
-                     builtin_model("gpt-4o", 128000, 16384), builtin_model("gpt-4o-mini", 128000, 16384),
-                     builtin_model("o4-mini", 200000, 100000)};
+    openai.models = {
+        builtin_model("gpt-4.1", 1047576, 32768), builtin_model("gpt-4.1-mini", 1047576, 32768),
+        builtin_model("gpt-4o", 128000, 16384), builtin_model("gpt-4o-mini", 128000, 16384),
+        builtin_model("o4-mini", 200000, 100000)};
     provider_entry anthropic;
     anthropic.name = "anthropic";
     anthropic.base_url = "https://api.anthropic.com/v1";
     anthropic.api = http_protocol::api_kind::anthropic_messages;
     anthropic.env_key = "ANTHROPIC_API_KEY";
     anthropic.builtin = true;
-    anthropic.models = {builtin_model("claude-sonnet-4-5", 200000, 64000), builtin_model("claude-opus-4-1", 200000, 32000),
+    anthropic.models = {builtin_model("claude-sonnet-4-5", 200000, 64000),
+                        builtin_model("claude-opus-4-1", 200000, 32000),
                         builtin_model("claude-haiku-4-5", 200000, 64000),
                         builtin_model("claude-3-5-haiku-latest", 200000, 8192)};
     c.providers_.push_back(std::move(openai));
@@ -174,11 +184,13 @@ models_config models_config::parse(std::string_view text, const std::string& fil
         const std::string name(kv.key());
         const std::string path = "providers." + name;
         if (name.empty() || name == "faux" || name.find('/') != std::string::npos)
-            throw settings_error(file, path, "a provider name without '/' other than \"faux\"", found_text(json::value(name)));
+            throw settings_error(file, path, "a provider name without '/' other than \"faux\"",
+                                 found_text(json::value(name)));
         if (!kv.value().is_object()) fail(file, path, "an object", kv.value());
         const auto& o = kv.value().get_object();
         warn_unknown(o, file, path, provider_keys, reference_provider_keys, c.warnings_);
-        auto it = std::find_if(c.providers_.begin(), c.providers_.end(), [&](const provider_entry& e) { return e.name == name; });
+        auto it = std::find_if(c.providers_.begin(), c.providers_.end(),
+                               [&](const provider_entry& e) { return e.name == name; });
         const bool existing = it != c.providers_.end();
         provider_entry pe = existing ? *it : provider_entry{};
         pe.name = name;
@@ -188,7 +200,8 @@ models_config models_config::parse(std::string_view text, const std::string& fil
             pe.base_url = b->get_string();
             check_url(pe.base_url, file, path + ".baseUrl");
         } else if (!existing) {
-            throw settings_error(file, path + ".baseUrl", "an http:// or https:// URL", "nothing (missing)");
+            throw settings_error(file, path + ".baseUrl", "an http:// or https:// URL",
+                                 "nothing (missing)");
         }
         if (auto a = api_field(o, file, path)) pe.api = a;
         if (o.contains("apiKey")) pe.api_key = string_field(o, "apiKey", file, path, false, false);
@@ -204,15 +217,19 @@ models_config models_config::parse(std::string_view text, const std::string& fil
         if (const auto* ms = o.if_contains("models")) {
             if (!ms->is_array()) fail(file, path + ".models", "an array of models", *ms);
             for (std::size_t i = 0; i < ms->get_array().size(); ++i)
-                add_or_replace(pe.models, parse_model(ms->get_array()[i], file, path + ".models[" + std::to_string(i) + "]", c.warnings_));
+                add_or_replace(pe.models, parse_model(ms->get_array()[i], file,
+                                                      path + ".models[" + std::to_string(i) + "]",
+                                                      c.warnings_));
         }
         if (pe.models.empty())
-            throw settings_error(file, path + ".models", "a non-empty array of models", o.contains("models") ? "[]" : "nothing (missing)");
+            throw settings_error(file, path + ".models", "a non-empty array of models",
+                                 o.contains("models") ? "[]" : "nothing (missing)");
         if (!pe.api)
             for (std::size_t i = 0; i < pe.models.size(); ++i)
                 if (!pe.models[i].api)
-                    throw settings_error(file, path + ".api", "\"openai-completions\" or \"anthropic-messages\"",
-                                         "nothing (missing; needed by model \"" + pe.models[i].id + "\")");
+                    throw settings_error(
+                        file, path + ".api", "\"openai-completions\" or \"anthropic-messages\"",
+                        "nothing (missing; needed by model \"" + pe.models[i].id + "\")");
         if (existing)
             *it = std::move(pe);
         else
@@ -232,7 +249,8 @@ model_info models_config::resolve(std::string_view provider, std::string_view mo
     if (!p) {
         std::vector<std::string> names{"faux"};
         for (const auto& e : providers_) names.push_back(e.name);
-        throw model_selection_error("provider \"" + std::string(provider) + "\" not found (known: " + list_of(names) +
+        throw model_selection_error("provider \"" + std::string(provider) +
+                                    "\" not found (known: " + list_of(names) +
                                     "; add it to models.json)");
     }
     const model_entry* m = model_id.empty() ? &p->models.front() : nullptr;
@@ -241,14 +259,17 @@ model_info models_config::resolve(std::string_view provider, std::string_view mo
     if (!m) {
         std::vector<std::string> ids;
         for (const auto& e : p->models) ids.push_back(e.id);
-        throw model_selection_error("model \"" + std::string(model_id) + "\" not found for provider " + p->name +
+        throw model_selection_error("model \"" + std::string(model_id) +
+                                    "\" not found for provider " + p->name +
                                     " (it has: " + list_of(ids) + "; add it to models.json)");
     }
     const auto api = m->api ? *m->api : *p->api;
-    return model_info{p->name, m->id, std::string(http_protocol::to_string(api)), m->context_window, m->max_tokens};
+    return model_info{p->name, m->id, std::string(http_protocol::to_string(api)), m->context_window,
+                      m->max_tokens};
 }
 
-std::string models_config::static_api_key(const provider_entry& p, const std::function<const char*(const char*)>& getenv) {
+std::string models_config::static_api_key(const provider_entry& p,
+                                          const std::function<const char*(const char*)>& getenv) {
     auto env = [&](const std::string& name) -> std::string {
         const char* v = getenv ? getenv(name.c_str()) : std::getenv(name.c_str());
         return v ? std::string(v) : std::string();
@@ -267,9 +288,9 @@ std::string models_config::static_api_key(const provider_entry& p, const std::fu
     return {};
 }
 
-http_provider_options models_config::provider_options(std::string_view provider, std::string_view model_id,
-                                                      const provider_settings& limits,
-                                                      const std::function<const char*(const char*)>& getenv) const {
+http_provider_options models_config::provider_options(
+    std::string_view provider, std::string_view model_id, const provider_settings& limits,
+    const std::function<const char*(const char*)>& getenv) const {
     http_provider_options o;
     o.model = resolve(provider, model_id);
     const provider_entry& p = *find(provider);

@@ -18,10 +18,11 @@ std::optional<retry_fallback_applied_event> model_fallback::on_usage_limit(
 
     // put the current model aside (keeping the later of an old and a new block)
     const std::int64_t cooldown = hint_ms && *hint_ms > 0 ? *hint_ms : default_cooldown_ms;
-    const std::int64_t until =
-        now_ms > std::numeric_limits<std::int64_t>::max() - cooldown ? std::numeric_limits<std::int64_t>::max()
-                                                                     : now_ms + cooldown;
-    auto it = std::find_if(suppressed_.begin(), suppressed_.end(), [&](const auto& e) { return e.first == current; });
+    const std::int64_t until = now_ms > std::numeric_limits<std::int64_t>::max() - cooldown
+                                   ? std::numeric_limits<std::int64_t>::max()
+                                   : now_ms + cooldown;
+    auto it = std::find_if(suppressed_.begin(), suppressed_.end(),
+                           [&](const auto& e) { return e.first == current; });
     if (it == suppressed_.end())
         suppressed_.emplace_back(std::string(current), until);
     else
@@ -70,7 +71,8 @@ std::optional<retry_fallback_succeeded_event> model_fallback::on_success(std::st
     return retry_fallback_succeeded_event{std::string(current), role_};
 }
 
-std::optional<std::string> model_fallback::primary_to_restore(std::int64_t now_ms, const retry_settings& s) {
+std::optional<std::string> model_fallback::primary_to_restore(std::int64_t now_ms,
+                                                              const retry_settings& s) {
     if (!active() || s.fallback_revert == fallback_revert_policy::never) return std::nullopt;
     if (suppressed(primary_, now_ms)) return std::nullopt;
     std::string p = std::move(primary_);

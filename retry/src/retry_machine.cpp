@@ -7,7 +7,6 @@ namespace coagent {
 
 namespace {
 
-
 std::string seconds_text(std::int64_t ms) {
     return std::to_string(ms <= 0 ? 0 : (ms - 1) / 1000 + 1);  // ceil, as the TUI shows delays
 }
@@ -51,7 +50,8 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
 }
 
 agent_end_decision retry_machine::on_agent_end(const message* last, const classification& c,
-                                               const retry_settings& s, std::optional<bool> should_retry) {
+                                               const retry_settings& s,
+                                               std::optional<bool> should_retry) {
     agent_end_decision d;
     const bool cancelled = cancel_requested_;
     const bool vetoed = s.honor_should_retry && should_retry == false;
@@ -84,8 +84,8 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     d.start = auto_retry_start_event{attempt_, s.max_retries, w.delay_ms, error_text(last)};
     if (w.over_max) {
         d.end = auto_retry_end_event{false, attempt_ - 1,
-                                     error_text(last) + " (server asked to wait " + seconds_text(w.asked_ms) +
-                                         "s, above retry.maxDelayMs)"};
+                                     error_text(last) + " (server asked to wait " +
+                                         seconds_text(w.asked_ms) + "s, above retry.maxDelayMs)"};
         if (d.usage_limit) {
             d.revive_attempt_ = attempt_;
         }

@@ -14,7 +14,6 @@ struct overloaded : Fs... {
 template <class... Fs>
 overloaded(Fs...) -> overloaded<Fs...>;
 
-
 }  // namespace
 
 std::string_view event_type(const event& e) noexcept {
@@ -25,8 +24,12 @@ std::string_view event_type(const event& e) noexcept {
             [](const message_start_event&) -> std::string_view { return "message_start"; },
             [](const message_update_event&) -> std::string_view { return "message_update"; },
             [](const message_end_event&) -> std::string_view { return "message_end"; },
-            [](const tool_execution_start_event&) -> std::string_view { return "tool_execution_start"; },
-            [](const tool_execution_end_event&) -> std::string_view { return "tool_execution_end"; },
+            [](const tool_execution_start_event&) -> std::string_view {
+                return "tool_execution_start";
+            },
+            [](const tool_execution_end_event&) -> std::string_view {
+                return "tool_execution_end";
+            },
             [](const turn_end_event&) -> std::string_view { return "turn_end"; },
             [](const agent_end_event&) -> std::string_view { return "agent_end"; },
             [](const auto_retry_start_event&) -> std::string_view { return "auto_retry_start"; },
@@ -34,8 +37,12 @@ std::string_view event_type(const event& e) noexcept {
             [](const compaction_start_event&) -> std::string_view { return "compaction_start"; },
             [](const compaction_end_event&) -> std::string_view { return "compaction_end"; },
             [](const extension_error_event&) -> std::string_view { return "extension_error"; },
-            [](const retry_fallback_applied_event&) -> std::string_view { return "retry_fallback_applied"; },
-            [](const retry_fallback_succeeded_event&) -> std::string_view { return "retry_fallback_succeeded"; },
+            [](const retry_fallback_applied_event&) -> std::string_view {
+                return "retry_fallback_applied";
+            },
+            [](const retry_fallback_succeeded_event&) -> std::string_view {
+                return "retry_fallback_succeeded";
+            },
             [](const agent_settled_event&) -> std::string_view { return "agent_settled"; },
         },
         e);

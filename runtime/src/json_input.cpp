@@ -12,7 +12,8 @@ namespace {
 
 bool find_non_finite_in(const json::value& v, std::string& path) {
     switch (v.kind()) {
-        case json::kind::double_: return !std::isfinite(v.get_double());
+        case json::kind::double_:
+            return !std::isfinite(v.get_double());
         case json::kind::array: {
             const auto& a = v.get_array();
             for (std::size_t i = 0; i < a.size(); ++i) {
@@ -34,7 +35,8 @@ bool find_non_finite_in(const json::value& v, std::string& path) {
                 path.resize(size);
             }
             return false;
-        default: return false;
+        default:
+            return false;
     }
 }
 
@@ -54,7 +56,8 @@ std::optional<std::string> find_non_finite(const json::value& v) {
     return std::nullopt;
 }
 
-std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t offset) noexcept {
+std::pair<std::size_t, std::size_t> line_column(std::string_view text,
+                                                std::size_t offset) noexcept {
     std::size_t line = 1, column = 1;
     for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
@@ -96,8 +99,10 @@ strict_json parse_json_strict(std::string_view text, const json::parse_options& 
 
 std::optional<std::int64_t> saturating_int64(const json::value& v) noexcept {
     if (v.is_int64()) return v.get_int64();
-    if (v.is_uint64()) return v.get_uint64() > static_cast<std::uint64_t>(int64_max) ? int64_max
-                                                                                  : static_cast<std::int64_t>(v.get_uint64());
+    if (v.is_uint64())
+        return v.get_uint64() > static_cast<std::uint64_t>(int64_max)
+                   ? int64_max
+                   : static_cast<std::int64_t>(v.get_uint64());
     if (v.is_double()) return saturating_int64(v.get_double());
     return std::nullopt;
 }
@@ -105,7 +110,8 @@ std::optional<std::int64_t> saturating_int64(const json::value& v) noexcept {
 std::string cut_utf8(std::string s, std::size_t max_bytes) {
     if (s.size() <= max_bytes) return s;
     std::size_t cut = max_bytes > 3 ? max_bytes - 3 : 0;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // code-point boundary
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
+        --cut;  // code-point boundary
     s.resize(cut);
     s += "...";
     return s;

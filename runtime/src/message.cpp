@@ -12,20 +12,28 @@ namespace coagent {
 
 std::string_view to_string(message_role r) noexcept {
     switch (r) {
-        case message_role::user: return "user";
-        case message_role::assistant: return "assistant";
-        case message_role::tool_result: return "toolResult";
+        case message_role::user:
+            return "user";
+        case message_role::assistant:
+            return "assistant";
+        case message_role::tool_result:
+            return "toolResult";
     }
     return "user";
 }
 
 std::string_view to_string(stop_reason r) noexcept {
     switch (r) {
-        case stop_reason::stop: return "stop";
-        case stop_reason::length: return "length";
-        case stop_reason::tool_use: return "toolUse";
-        case stop_reason::error: return "error";
-        case stop_reason::aborted: return "aborted";
+        case stop_reason::stop:
+            return "stop";
+        case stop_reason::length:
+            return "length";
+        case stop_reason::tool_use:
+            return "toolUse";
+        case stop_reason::error:
+            return "error";
+        case stop_reason::aborted:
+            return "aborted";
     }
     return "stop";
 }
@@ -126,7 +134,9 @@ void append_content(std::string& out, const std::vector<content_block>& content)
     out.push_back(']');
 }
 
-json::object parsed_object(const std::string& text) { return json::parse(text).as_object(); }
+json::object parsed_object(const std::string& text) {
+    return json::parse(text).as_object();
+}
 }  // namespace
 
 void append_json(std::string& out, const token_usage& u) {
@@ -159,7 +169,8 @@ void append_json(std::string& out, const message& m) {
     out += R"(","content":)";
     append_content(out, m.content);
     switch (m.role) {
-        case message_role::user: break;
+        case message_role::user:
+            break;
         case message_role::assistant:
             out += R"(,"api":)";
             jt::append_string(out, m.api);
@@ -215,7 +226,6 @@ json::object to_json(const message& m) {
     return parsed_object(text);
 }
 
-
 namespace {
 
 [[noreturn]] void bad_field(std::string_view field, std::string_view expected) {
@@ -269,7 +279,8 @@ std::vector<content_block> content_from_json(const json::value& v) {
             tool_call_block c;
             c.id = get_string(o, "id", true);
             c.name = get_string(o, "name", true);
-            if (const auto* a = find(o, "arguments"); a && a->is_object()) c.arguments = a->get_object();
+            if (const auto* a = find(o, "arguments"); a && a->is_object())
+                c.arguments = a->get_object();
             out.emplace_back(std::move(c));
         }
         // other block types (images, thinking) are not used by coagent: skipped
@@ -278,7 +289,6 @@ std::vector<content_block> content_from_json(const json::value& v) {
 }
 
 }  // namespace
-
 
 message message_from_json(const json::value& v) {
     if (!v.is_object()) throw std::invalid_argument("message: expected a JSON object");
@@ -298,10 +308,12 @@ message message_from_json(const json::value& v) {
         m.stop = *stop;
         if (const auto* e = find(o, "errorMessage"); e && e->is_string())
             m.error_message = std::string(e->get_string());
-        if (const auto* s = find(o, "errorStatus"); s && s->is_int64() && s->get_int64() >= 0 && s->get_int64() <= 999)
+        if (const auto* s = find(o, "errorStatus");
+            s && s->is_int64() && s->get_int64() >= 0 && s->get_int64() <= 999)
             m.error_status = static_cast<int>(s->get_int64());
         m.error_type = get_string(o, "errorType", false);
-        if (const auto* r = find(o, "shouldRetry"); r && r->is_bool()) m.should_retry = r->get_bool();
+        if (const auto* r = find(o, "shouldRetry"); r && r->is_bool())
+            m.should_retry = r->get_bool();
         if (const auto* u = find(o, "usage"); u && u->is_object()) {
             const auto& uo = u->get_object();
             m.usage.input = get_int(uo, "input");

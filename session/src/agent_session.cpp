@@ -57,7 +57,7 @@ void subscription::reset() noexcept {
 // ---- stream observer: turns provider progress into events --------------------------------
 
 class agent_session::observer final : public stream_observer {
-public:
+  public:
     observer(agent_session& s, std::shared_ptr<message> m) : s_(s), m_(std::move(m)) {}
     void on_message_start(const message&) override {
         if (started_) return;
@@ -70,7 +70,7 @@ public:
     }
     bool started() const noexcept { return started_; }
 
-private:
+  private:
     agent_session& s_;
     message_ptr m_;
     bool started_ = false;
@@ -172,7 +172,10 @@ std::string agent_session::set_model(std::string_view provider_name, std::string
                " (this session has no model catalog)";
     std::string error;
     auto p = catalog->resolve(provider_name, model_id, error);
-    if (!p) return error.empty() ? "Model not found: " + std::string(provider_name) + "/" + std::string(model_id) : error;
+    if (!p)
+        return error.empty()
+                   ? "Model not found: " + std::string(provider_name) + "/" + std::string(model_id)
+                   : error;
     set_model(std::move(p));
     return {};
 }
@@ -188,11 +191,12 @@ void agent_session::switch_provider(std::shared_ptr<provider> p, bool temporary)
         logger_->error("session file: cannot write the model_change entry: {}", ec.message());
 }
 
-std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit(agent_end_decision& d,
-                                                                                const std::string& provider_name) {
+std::optional<retry_fallback_applied_event> agent_session::switch_on_usage_limit(
+    agent_end_decision& d, const std::string& provider_name) {
     if (!d.usage_limit) return std::nullopt;
     const auto auth = rare_ && rare_->auth ? rare_->auth : provider_->credentials();
-    if (auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), d.retry_hint_ms)) {
+    if (auth &&
+        auth->mark_usage_limit_reached(provider_name, history_.session_id(), d.retry_hint_ms)) {
         machine_.usage_switch_succeeded(d);
         return std::nullopt;
     }
@@ -278,8 +282,8 @@ void agent_session::abort_retry() {
 void agent_session::abort() {
     if (!busy_) return;
     user_abort_ = true;
-    if (machine_.abort()) backoff_.cancel();   // the retry is cancelled first (spec §5)
-    abort_.request();                          // then the stream in flight
+    if (machine_.abort()) backoff_.cancel();  // the retry is cancelled first (spec §5)
+    abort_.request();                         // then the stream in flight
     // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
     // before it (a message queued after this call, while the aborted run winds down, still runs)
     prompt_result dropped;
@@ -295,7 +299,8 @@ void agent_session::abort() {
 
 // ---- the prompt -------------------------------------------------------------------------
 
-asio::awaitable<prompt_result> agent_session::prompt(std::string text, streaming_behavior behavior) {
+asio::awaitable<prompt_result> agent_session::prompt(std::string text,
+                                                     streaming_behavior behavior) {
     // through async_prompt: cancelling the awaiting coroutine (e.g. awaitable operators) reaches
     // abort() instead of unwinding the turn half-way
     return async_prompt(std::move(text), behavior, asio::use_awaitable);
@@ -326,7 +331,8 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, streaming_behavior behavior,
+asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
+                                                         streaming_behavior behavior,
                                                          std::uint64_t id) {
     if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
     if (compacting_) co_return refused_while_compacting();
@@ -405,8 +411,9 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text, strea
     co_return own_result ? std::move(*own_result) : last_result_;
 }
 
-asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text, streaming_behavior behavior,
-                                                              std::uint64_t id) {
+asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
+                                                               streaming_behavior behavior,
+                                                               std::uint64_t id) {
     prompt_result r;
     if (behavior == streaming_behavior::none) {
         r.outcome = prompt_result::status::refused;
@@ -414,7 +421,8 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         co_return r;
     }
     auto m = std::make_shared<message>(make_user_message(std::move(text)));
-    (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_).push_back({std::move(m), id});
+    (behavior == streaming_behavior::steer ? steer_queue_ : follow_up_queue_)
+        .push_back({std::move(m), id});
     // a latch: the timer never fires; settle (or cancelling this prompt) cancels it
     asio::steady_timer latch(executor_, asio::steady_timer::time_point::max());
     bool cancelled = false;
@@ -465,7 +473,8 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
             compaction_end_event e;
             e.reason = "overflow";
             e.error_message =
-                "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
+                "Context overflow recovery failed after one compact-and-retry attempt. Try "
+                "reducing "
                 "the context (start a new session) or switching to a model with a larger context "
                 "window.";
             emit(std::move(e));
@@ -511,9 +520,12 @@ prompt_result agent_session::result_of(const message_ptr& last, bool retry_cance
 namespace {
 std::string_view reason_text(compaction_reason r) {
     switch (r) {
-        case compaction_reason::overflow: return "overflow";
-        case compaction_reason::threshold: return "threshold";
-        case compaction_reason::manual: return "manual";
+        case compaction_reason::overflow:
+            return "overflow";
+        case compaction_reason::threshold:
+            return "threshold";
+        case compaction_reason::manual:
+            return "manual";
     }
     return "manual";
 }
@@ -535,27 +547,29 @@ compaction_failure compaction_failure_of(const compaction_outcome& o, bool abort
 }
 
 class null_observer final : public stream_observer {
-public:
+  public:
     void on_message_start(const message&) override {}
     void on_text_delta(const message&, std::string_view) override {}
 };
 }  // namespace
 
-asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, std::string instructions,
-                                                     bool will_continue) {
+asio::awaitable<bool> agent_session::compact_context(compaction_reason reason,
+                                                     std::string instructions, bool will_continue) {
     compacting_ = true;
     emit(compaction_start_event{std::string(reason_text(reason))});
     compaction_end_event e;
     e.reason = reason_text(reason);
 
     std::vector<message_ptr> context = messages_;  // nothing changes until the summary is there
-    if (reason == compaction_reason::overflow && !context.empty() && is_failed_assistant(*context.back()))
+    if (reason == compaction_reason::overflow && !context.empty() &&
+        is_failed_assistant(*context.back()))
         context.pop_back();
     auto plan = plan_compaction(context, config_.compaction.keep_recent_tokens);
     if (!plan) {
         compacting_ = false;
-        e.error_message = "Nothing to compact: the conversation is already within compaction.keepRecentTokens (" +
-                          std::to_string(config_.compaction.keep_recent_tokens) + " tokens)";
+        e.error_message =
+            "Nothing to compact: the conversation is already within compaction.keepRecentTokens (" +
+            std::to_string(config_.compaction.keep_recent_tokens) + " tokens)";
         emit(std::move(e));
         co_return false;
     }
@@ -595,7 +609,8 @@ asio::awaitable<bool> agent_session::compact_context(compaction_reason reason, s
     std::vector<message_ptr> next;
     next.reserve(context.size() - first_kept + 1);
     next.push_back(std::make_shared<message>(make_user_message(summary_message_text(o.summary))));
-    next.insert(next.end(), context.begin() + static_cast<std::ptrdiff_t>(first_kept), context.end());
+    next.insert(next.end(), context.begin() + static_cast<std::ptrdiff_t>(first_kept),
+                context.end());
     messages_ = std::move(next);
 
     e.result = json::value(std::move(result));
@@ -621,7 +636,8 @@ asio::awaitable<message_ptr> agent_session::complete_with_retry(provider_request
             req.model = model;
             co_await p->stream(req, *reply, quiet, abort_);
         }
-        if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
+        if (abort_.requested() && reply->stop != stop_reason::error)
+            reply->stop = stop_reason::aborted;
         if (auto e = machine_.on_assistant_message_end(*reply)) {
             if (fallback_)
                 if (auto f = fallback_->on_success(model_selector(model))) emit(*f);
@@ -657,10 +673,12 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
     user_abort_ = false;
     abort_.reset();
     machine_.begin_prompt();
-    r.ok = co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
+    r.ok =
+        co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
     busy_ = false;
     if (!r.ok)
-        r.error = user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+        r.error =
+            user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
     co_return r;
 }
 
@@ -726,7 +744,8 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
         te.message = reply;
         const std::size_t tool_start = out.added.size();
         if (reply->stop == stop_reason::tool_use) co_await execute_tools(*reply, out);
-        te.tool_results.assign(out.added.begin() + static_cast<std::ptrdiff_t>(tool_start), out.added.end());
+        te.tool_results.assign(out.added.begin() + static_cast<std::ptrdiff_t>(tool_start),
+                               out.added.end());
         emit(std::move(te));
 
         if (abort_.requested()) break;
@@ -768,7 +787,8 @@ asio::awaitable<void> agent_session::execute_tools(const message& assistant, run
         text["text"] = result.text;
         content.push_back(std::move(text));
         res["content"] = std::move(content);
-        emit(tool_execution_end_event{call->id, call->name, json::value(std::move(res)), result.is_error});
+        emit(tool_execution_end_event{call->id, call->name, json::value(std::move(res)),
+                                      result.is_error});
         auto tr = std::make_shared<message>(
             make_tool_result(call->id, call->name, std::move(result.text), result.is_error));
         append(tr);

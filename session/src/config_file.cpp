@@ -32,7 +32,9 @@ struct fd_guard {
     int release() noexcept { return std::exchange(fd, -1); }
 };
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
+std::string errno_text(int err) {
+    return std::generic_category().message(err);
+}
 
 [[noreturn]] void throw_read(const std::string& label, int err) {
     const std::string text = errno_text(err);
@@ -41,7 +43,8 @@ std::string errno_text(int err) { return std::generic_category().message(err); }
 
 [[noreturn]] void throw_write(const std::string& label, const std::string& action, int err) {
     const std::string text = errno_text(err);
-    throw settings_error(label, "", "a writable file", text, label + ": cannot " + action + ": " + text);
+    throw settings_error(label, "", "a writable file", text,
+                         label + ": cannot " + action + ": " + text);
 }
 
 std::atomic<unsigned> temp_counter{0};
@@ -122,7 +125,8 @@ std::optional<std::string> read(const fs::path& p, const std::string& label, std
         throw_read(label, errno);
     }
     const auto too_large = [&] {
-        const std::string limit = std::to_string(max) + " bytes (" + std::to_string(max / (1024 * 1024)) + " MiB)";
+        const std::string limit =
+            std::to_string(max) + " bytes (" + std::to_string(max / (1024 * 1024)) + " MiB)";
         return settings_error(label, "", "a file of at most " + limit, "a larger file",
                               label + ": file larger than the limit of " + limit);
     };
@@ -145,14 +149,17 @@ bool blank(std::string_view text) noexcept {
     return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-json::object parse_object(std::string_view text, const std::string& label, std::string_view expected_top) {
+json::object parse_object(std::string_view text, const std::string& label,
+                          std::string_view expected_top) {
     if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte order mark
     if (blank(text))
-        throw settings_error(label, "", "a JSON object", "an empty file", label + ": empty file, expected a JSON object");
+        throw settings_error(label, "", "a JSON object", "an empty file",
+                             label + ": empty file, expected a JSON object");
     auto parsed = parse_json_strict(text);
     if (const auto& e = parsed.error) {
         if (e->non_finite)
-            throw settings_error(label, e->path, "a number within the double range (about ±1.8e308)",
+            throw settings_error(label, e->path,
+                                 "a number within the double range (about ±1.8e308)",
                                  "a number out of range");
         settings_error err(label, "", "valid JSON", e->message,
                            label + ":" + std::to_string(e->line) + ":" + std::to_string(e->column) +
@@ -161,7 +168,8 @@ json::object parse_object(std::string_view text, const std::string& label, std::
         err.column = e->column;
         throw err;
     }
-    if (!parsed.value.is_object()) throw settings_error(label, "", std::string(expected_top), compact(parsed.value));
+    if (!parsed.value.is_object())
+        throw settings_error(label, "", std::string(expected_top), compact(parsed.value));
     return std::move(parsed.value.get_object());
 }
 
@@ -177,8 +185,9 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     if (dir.empty()) dir = ".";
     fs::create_directories(dir, fec);
     if (fec)
-        throw settings_error(label, "", "a writable directory", fec.message(),
-                             label + ": cannot create directory " + dir.string() + ": " + fec.message());
+        throw settings_error(
+            label, "", "a writable directory", fec.message(),
+            label + ": cannot create directory " + dir.string() + ": " + fec.message());
 
     struct stat old {};
     const bool existed = ::stat(target.c_str(), &old) == 0;
@@ -195,7 +204,8 @@ void write_atomically(const fs::path& path, const std::string& content, const st
             .append(std::to_string(temp_counter.fetch_add(1)));
         temp = dir / name;
         f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode ? *mode : 0666);
-        if (f.fd < 0 && (errno != EEXIST || attempt >= 100)) throw_write(label, "create " + temp.string(), errno);
+        if (f.fd < 0 && (errno != EEXIST || attempt >= 100))
+            throw_write(label, "create " + temp.string(), errno);
     }
     struct temp_guard {
         const fs::path& p;
@@ -206,7 +216,8 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     } remove_temp{temp};
 
     if (mode) {
-        if (::fchmod(f.fd, *mode) != 0) throw_write(label, "set mode", errno);  // regardless of the umask
+        if (::fchmod(f.fd, *mode) != 0)
+            throw_write(label, "set mode", errno);  // regardless of the umask
     } else if (existed && ::fchmod(f.fd, old.st_mode & 07777) != 0) {
         throw_write(label, "set mode", errno);
     }

@@ -5,8 +5,8 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -134,7 +134,8 @@ std::error_code session_history::append(std::string type, json::object fields, m
             o["parentId"] = nullptr;
         else
             o["parentId"] = e.parent_id;
-        o["timestamp"] = iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
+        o["timestamp"] =
+            iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
         for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
         if (out_ && !file_mode().header_written) {
             json::object h;
@@ -188,9 +189,11 @@ std::vector<message_ptr> session_history::context() const {
         std::vector<item> next;
         auto m = make_user_message(summary_message_text(summary->get_string()));
         next.push_back({nullptr, std::make_shared<message>(std::move(m))});
-        if (const auto* first = e.raw.if_contains("firstKeptEntryId"); first && first->is_string()) {
-            auto it = std::find_if(ctx.begin(), ctx.end(),
-                                   [&](const item& i) { return i.id && *i.id == first->get_string(); });
+        if (const auto* first = e.raw.if_contains("firstKeptEntryId");
+            first && first->is_string()) {
+            auto it = std::find_if(ctx.begin(), ctx.end(), [&](const item& i) {
+                return i.id && *i.id == first->get_string();
+            });
             next.insert(next.end(), it, ctx.end());
         }
         ctx = std::move(next);
@@ -220,7 +223,8 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
-session_history::loaded session_history::load(const fs::path& file, const session_file_limits& limits) {
+session_history::loaded session_history::load(const fs::path& file,
+                                              const session_file_limits& limits) {
     const std::string label = file.string();
     std::FILE* f = std::fopen(file.c_str(), "rbe");
     if (!f) throw std::runtime_error(label + ": cannot open session file: " + std::strerror(errno));
@@ -240,7 +244,9 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
                 text.append(buf, n);
             }
             if (n < sizeof buf) {
-                if (std::ferror(f)) throw std::runtime_error(label + ": cannot read session file: " + std::strerror(errno));
+                if (std::ferror(f))
+                    throw std::runtime_error(label +
+                                             ": cannot read session file: " + std::strerror(errno));
                 break;
             }
         }
@@ -256,10 +262,13 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         if (nl == std::string_view::npos) break;
         rest.remove_prefix(nl + 1);
     }
-    const auto blank = [](std::string_view s) { return s.find_first_not_of(" \t\r") == std::string_view::npos; };
+    const auto blank = [](std::string_view s) {
+        return s.find_first_not_of(" \t\r") == std::string_view::npos;
+    };
 
     // the header is the first line that is not blank (blank lines before it are skipped)
-    const std::size_t first = static_cast<std::size_t>(std::find_if_not(lines.begin(), lines.end(), blank) - lines.begin());
+    const std::size_t first = static_cast<std::size_t>(
+        std::find_if_not(lines.begin(), lines.end(), blank) - lines.begin());
     if (first == lines.size()) {
         // Created but never written to (killed before its first entry): an empty session. The
         // header is written with the first entry, as for a new session.
@@ -271,10 +280,11 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
     } else {
         const std::string line_no = "line " + std::to_string(first + 1);
         if (lines[first].size() > limits.max_line_bytes)
-            throw std::runtime_error(label + ": not a session file (" + line_no + " exceeds the limit of " +
-                                     mib(limits.max_line_bytes) + ")");
+            throw std::runtime_error(label + ": not a session file (" + line_no +
+                                     " exceeds the limit of " + mib(limits.max_line_bytes) + ")");
         auto parsed = parse_json_strict(lines[first]);
-        const json::object* header = parsed && parsed.value.is_object() ? &parsed.value.get_object() : nullptr;
+        const json::object* header =
+            parsed && parsed.value.is_object() ? &parsed.value.get_object() : nullptr;
         const json::value* type = header ? header->if_contains("type") : nullptr;
         if (!type || *type != "session")
             throw std::runtime_error(label + ": not a session file (" + line_no +
@@ -295,7 +305,8 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         if (lines[i].empty()) continue;
         if (lines[i].size() > limits.max_line_bytes) {
             out.warnings.push_back(where + ": line of " + std::to_string(lines[i].size()) +
-                                   " bytes exceeds the limit of " + mib(limits.max_line_bytes) + "; skipped");
+                                   " bytes exceeds the limit of " + mib(limits.max_line_bytes) +
+                                   "; skipped");
             continue;
         }
         auto parsed = parse_json_strict(lines[i]);
@@ -313,7 +324,8 @@ session_history::loaded session_history::load(const fs::path& file, const sessio
         history_entry e;
         if (auto* t = o->if_contains("type"); t && t->is_string()) e.type = t->get_string();
         if (auto* id = o->if_contains("id"); id && id->is_string()) e.id = id->get_string();
-        if (auto* p = o->if_contains("parentId"); p && p->is_string()) e.parent_id = p->get_string();
+        if (auto* p = o->if_contains("parentId"); p && p->is_string())
+            e.parent_id = p->get_string();
         if (e.type == "message") {
             try {
                 e.msg = std::make_shared<message>(message_from_json((*o)["message"]));

@@ -84,9 +84,15 @@ constexpr schema_entry choice(std::string_view key, std::size_t default_index,
                               const std::string_view (&names)[N]) {
     using f = field<Group, Field>;
     static_assert(std::is_enum_v<typename f::type>);
-    return {key,      value_type::choice, static_cast<std::int64_t>(default_index),
-            0,        static_cast<std::int64_t>(N) - 1,
-            &f::store, &f::load, names, N};
+    return {key,
+            value_type::choice,
+            static_cast<std::int64_t>(default_index),
+            0,
+            static_cast<std::int64_t>(N) - 1,
+            &f::store,
+            &f::load,
+            names,
+            N};
 }
 
 // retry.fallbackChains, validated by check_value before it is stored
@@ -164,10 +170,14 @@ bool is_group(std::string_view dotted) noexcept {
 
 std::string_view type_name(value_type t) noexcept {
     switch (t) {
-        case value_type::boolean: return "boolean";
-        case value_type::choice: return "string";
-        case value_type::chains: return "object";
-        case value_type::integer: break;
+        case value_type::boolean:
+            return "boolean";
+        case value_type::choice:
+            return "string";
+        case value_type::chains:
+            return "object";
+        case value_type::integer:
+            break;
     }
     return "integer";
 }
@@ -283,7 +293,8 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
                 const auto* str = m.if_string();
                 const std::string_view sel = str ? std::string_view(*str) : std::string_view();
                 const auto slash = sel.find('/');
-                if (!str || slash == 0 || slash == std::string_view::npos || slash + 1 == sel.size())
+                if (!str || slash == 0 || slash == std::string_view::npos ||
+                    slash + 1 == sel.size())
                     bad(m, "a \"provider/model\" string");
             }
         }

@@ -22,7 +22,7 @@ struct app_options {
     app_mode mode = app_mode::interactive;
     std::optional<std::string> message;  // -p
     std::string provider = "faux";
-    std::string model;                   // empty: the provider's default
+    std::string model;  // empty: the provider's default
     std::optional<std::string> faux_script;
     std::optional<std::filesystem::path> faux_log;
     std::int64_t faux_context_window = 128000;
@@ -34,7 +34,7 @@ struct app_options {
 
 /// A configuration or usage problem: exit code 2, message shown as is.
 class config_error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -45,8 +45,9 @@ class file_auth_storage;
 /// get_available_models and the model fallback. models.json and auth.json are read on first
 /// use (a faux-only run never touches them); providers are built once and shared.
 class app_catalog final : public model_catalog {
-public:
-    app_catalog(std::filesystem::path dir, provider_settings limits, std::shared_ptr<provider> faux);
+  public:
+    app_catalog(std::filesystem::path dir, provider_settings limits,
+                std::shared_ptr<provider> faux);
     ~app_catalog() override;
 
     /// Throws config_error: unknown provider or model, broken models.json / auth.json, no key.
@@ -56,7 +57,7 @@ public:
     /// faux, then every model of models.json (and the built-ins) whose provider has a key.
     std::vector<model_info> available() override;
 
-private:
+  private:
     void load();
     // make() that throws model_selection_error for an unknown provider or model
     std::shared_ptr<provider> build(std::string_view provider_name, std::string_view model_id);
@@ -71,7 +72,7 @@ private:
 
 /// The environment of a running coagent: options, settings, the provider.
 class app_context {
-public:
+  public:
     /// Loads settings ($COAGENT_DIR/settings.json, <cwd>/.coagent/settings.json) and builds the
     /// provider. Throws config_error (bad settings, bad faux script, unknown provider).
     app_context(boost::asio::io_context& io, app_options opts);
@@ -79,7 +80,8 @@ public:
     /// A new session (or the resumed one for --continue / --session on the first call).
     /// `logger`: where the session's warnings go (default: stderr); the terminal UI passes
     /// one that does not draw over its screen.
-    std::unique_ptr<agent_session> make_session(bool resume, std::shared_ptr<spdlog::logger> logger = {});
+    std::unique_ptr<agent_session> make_session(bool resume,
+                                                std::shared_ptr<spdlog::logger> logger = {});
 
     boost::asio::io_context& io() noexcept { return io_; }
     const app_options& options() const noexcept { return opts_; }
@@ -89,7 +91,7 @@ public:
     const std::filesystem::path& dir() const noexcept { return dir_; }
     std::filesystem::path sessions_dir() const;
 
-private:
+  private:
     boost::asio::io_context& io_;
     app_options opts_;
     std::filesystem::path dir_;

@@ -33,13 +33,14 @@ class logger;
 namespace coagent {
 
 class file_auth_storage final : public auth_storage {
-public:
+  public:
     /// Reads `file` (missing: no credentials). Throws settings_error (file, key, expected,
     /// found) for a file that cannot be read, is larger than 4 MiB, is empty or blank, is not
-    /// valid JSON (numbers beyond the double range included) or has a wrong shape. `now_ms`: epoch ms,
-    /// injectable for tests. `logger`: where a file broken later (by another writer) is
+    /// valid JSON (numbers beyond the double range included) or has a wrong shape. `now_ms`: epoch
+    /// ms, injectable for tests. `logger`: where a file broken later (by another writer) is
     /// reported; the last good content is used meanwhile.
-    explicit file_auth_storage(std::filesystem::path file, std::function<std::int64_t()> now_ms = {},
+    explicit file_auth_storage(std::filesystem::path file,
+                               std::function<std::int64_t()> now_ms = {},
                                std::shared_ptr<spdlog::logger> logger = nullptr);
 
     /// The session keeps the credential it started with (the first unblocked one when it first
@@ -66,7 +67,7 @@ public:
 
     static constexpr std::int64_t default_block_ms = 60'000;
 
-private:
+  private:
     struct credential {
         std::string key;
         std::int64_t blocked_until = 0;

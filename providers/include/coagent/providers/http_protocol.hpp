@@ -33,7 +33,8 @@ std::string build_request_body(api_kind k, const provider_request& req);
 
 /// Response headers with lower-case names (HTTP names are case-insensitive).
 using header_list = std::vector<std::pair<std::string, std::string>>;
-std::optional<std::string_view> find_header(const header_list& h, std::string_view lower_name) noexcept;
+std::optional<std::string_view> find_header(const header_list& h,
+                                            std::string_view lower_name) noexcept;
 
 /// An HTTP-date (IMF-fixdate "Wed, 21 Oct 2026 07:28:00 GMT", also RFC 850 and asctime forms)
 /// as epoch ms; nullopt if it is not one.
@@ -43,7 +44,8 @@ std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept;
 /// (seconds, or an HTTP-date minus now), `x-ratelimit-reset-ms` (> 1e12: epoch ms minus now,
 /// else ms) and `x-ratelimit-reset` (> 1e9: epoch seconds minus now, else seconds). Values that
 /// are not positive are ignored; fractions round up to whole ms. nullopt without a usable one.
-std::optional<std::int64_t> retry_hint_from_headers(const header_list& h, std::int64_t now_ms) noexcept;
+std::optional<std::int64_t> retry_hint_from_headers(const header_list& h,
+                                                    std::int64_t now_ms) noexcept;
 
 /// Appends " retry-after-ms=<N>" unless `text` already has "retry-after-ms=" (any case).
 void append_retry_hint(std::string& text, std::optional<std::int64_t> hint_ms);
@@ -72,7 +74,7 @@ inline constexpr std::size_t default_max_reply_bytes = std::size_t{16} * 1024 * 
 /// Decodes one streamed reply into an assistant message. Feed it the SSE events in order;
 /// it fills `out` (content, usage, stop reason, error) and reports progress to `observer`.
 class stream_decoder {
-public:
+  public:
     enum class state { streaming, done, error };
 
     virtual ~stream_decoder() = default;
@@ -91,7 +93,7 @@ public:
     void set_max_reply_bytes(std::size_t n) noexcept { max_reply_bytes_ = n; }
     std::size_t max_reply_bytes() const noexcept { return max_reply_bytes_; }
 
-protected:
+  protected:
     void fail(message& out, std::string text, std::string type = {});
     /// Parses the tool calls' arguments into their blocks. A number beyond the double range in
     /// them fails the reply (returns false); arguments that are not a JSON object stay empty.

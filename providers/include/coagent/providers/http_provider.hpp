@@ -45,12 +45,12 @@ struct http_provider_options {
 
 /// Thrown by the constructor for options that cannot work (bad base URL, unreadable CA file).
 class http_provider_error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 class http_provider final : public provider {
-public:
+  public:
     explicit http_provider(http_provider_options opts);
     ~http_provider() override;
 
@@ -76,7 +76,7 @@ public:
 
     struct impl;
 
-private:
+  private:
     std::shared_ptr<impl> impl_;
 };
 

@@ -36,8 +36,8 @@ struct provider_entry {
     std::string name;
     std::string base_url;
     std::optional<http_protocol::api_kind> api;
-    std::string api_key;   ///< models.json "apiKey" as written (a literal or an env variable name)
-    std::string env_key;   ///< built-ins: OPENAI_API_KEY / ANTHROPIC_API_KEY
+    std::string api_key;  ///< models.json "apiKey" as written (a literal or an env variable name)
+    std::string env_key;  ///< built-ins: OPENAI_API_KEY / ANTHROPIC_API_KEY
     std::vector<std::pair<std::string, std::string>> headers;
     std::vector<model_entry> models;  ///< the first is the default
     bool builtin = false;
@@ -45,12 +45,12 @@ struct provider_entry {
 
 /// A provider or model that does not exist; what() lists what does.
 class model_selection_error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 class models_config {
-public:
+  public:
     /// The built-in providers only.
     static models_config builtins();
     /// The built-ins merged with `file` (a missing file adds nothing). A provider of the file
@@ -81,11 +81,11 @@ public:
 
     /// Options for an http_provider of `provider`/`model_id` (empty: the default model) with the
     /// time limits of `limits`. Throws model_selection_error.
-    http_provider_options provider_options(std::string_view provider, std::string_view model_id,
-                                           const provider_settings& limits,
-                                           const std::function<const char*(const char*)>& getenv = {}) const;
+    http_provider_options provider_options(
+        std::string_view provider, std::string_view model_id, const provider_settings& limits,
+        const std::function<const char*(const char*)>& getenv = {}) const;
 
-private:
+  private:
     std::vector<provider_entry> providers_;
     std::vector<settings_warning> warnings_;
 };

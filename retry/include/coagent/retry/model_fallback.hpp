@@ -29,7 +29,7 @@
 namespace coagent {
 
 class model_fallback {
-public:
+  public:
     static constexpr std::int64_t default_cooldown_ms = 60'000;
 
     /// A usage limit on `current` that no credential switch resolved. Puts `current` aside and
@@ -60,7 +60,7 @@ public:
     /// When `selector` comes back (epoch ms); 0 if it is not put aside.
     std::int64_t suppressed_until(std::string_view selector) const noexcept;
 
-private:
+  private:
     bool suppressed(std::string_view selector, std::int64_t now_ms) const noexcept {
         return suppressed_until(selector) > now_ms;
     }

@@ -33,7 +33,7 @@ struct agent_end_decision {
     /// The message goes to the compaction path (context overflow, no retry started).
     bool to_compaction = false;
 
-private:
+  private:
     friend class retry_machine;
     // A usage limit whose honoured hint is above retry.maxDelayMs ends the chain (`end`)
     // unless the auth storage switches credentials: usage_switch_succeeded() then revives it.
@@ -42,14 +42,14 @@ private:
 
 /// What to do after the backoff wait completed.
 struct wait_outcome {
-    bool resume = false;                       // schedule the continue
-    std::optional<auto_retry_end_event> end;   // cancelled: emit this, the chain is over
+    bool resume = false;                      // schedule the continue
+    std::optional<auto_retry_end_event> end;  // cancelled: emit this, the chain is over
 };
 
 inline constexpr const char* retry_cancelled_text = "Retry cancelled";
 
 class retry_machine {
-public:
+  public:
     /// A new user prompt begins: forget a stale cancel request.
     void begin_prompt() noexcept { cancel_requested_ = false; }
 
@@ -101,10 +101,12 @@ public:
     bool is_retrying() const noexcept { return chain_active_; }
     bool waiting() const noexcept { return waiting_; }
     /// A retried attempt is in flight (abort_retry then aborts it).
-    bool retried_attempt_in_flight() const noexcept { return chain_active_ && !waiting_ && attempt_ > 0; }
+    bool retried_attempt_in_flight() const noexcept {
+        return chain_active_ && !waiting_ && attempt_ > 0;
+    }
     bool cancel_requested() const noexcept { return cancel_requested_; }
 
-private:
+  private:
     void end_chain() noexcept {
         attempt_ = 0;
         chain_active_ = false;

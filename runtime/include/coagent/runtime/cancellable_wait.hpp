@@ -28,7 +28,7 @@ enum class clock_kind { steady, manual };
 
 /// One cancellable wait at a time, on a timer of the clock chosen at construction.
 class cancellable_wait {
-public:
+  public:
     cancellable_wait(asio::any_io_executor ex, clock_kind k)
         : timer_(make_timer(std::move(ex), k)) {}
 
@@ -74,7 +74,7 @@ public:
         return std::visit([](auto& t) { return asio::any_io_executor(t.get_executor()); }, timer_);
     }
 
-private:
+  private:
     using timer_variant = std::variant<asio::steady_timer, manual_timer>;
     static timer_variant make_timer(asio::any_io_executor ex, clock_kind k) {
         if (k == clock_kind::manual)

@@ -87,12 +87,12 @@ struct retry_fallback_succeeded_event {
 };
 struct agent_settled_event {};
 
-using event = std::variant<agent_start_event, turn_start_event, message_start_event,
-                           message_update_event, message_end_event, tool_execution_start_event,
-                           tool_execution_end_event, turn_end_event, agent_end_event,
-                           auto_retry_start_event, auto_retry_end_event, compaction_start_event,
-                           compaction_end_event, extension_error_event, retry_fallback_applied_event,
-                           retry_fallback_succeeded_event, agent_settled_event>;
+using event =
+    std::variant<agent_start_event, turn_start_event, message_start_event, message_update_event,
+                 message_end_event, tool_execution_start_event, tool_execution_end_event,
+                 turn_end_event, agent_end_event, auto_retry_start_event, auto_retry_end_event,
+                 compaction_start_event, compaction_end_event, extension_error_event,
+                 retry_fallback_applied_event, retry_fallback_succeeded_event, agent_settled_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

@@ -26,13 +26,27 @@ inline void append_string(std::string& out, std::string_view s) {
         run = i + 1;
         out.push_back('\\');
         switch (c) {
-            case '"': out.push_back('"'); break;
-            case '\\': out.push_back('\\'); break;
-            case '\b': out.push_back('b'); break;
-            case '\f': out.push_back('f'); break;
-            case '\n': out.push_back('n'); break;
-            case '\r': out.push_back('r'); break;
-            case '\t': out.push_back('t'); break;
+            case '"':
+                out.push_back('"');
+                break;
+            case '\\':
+                out.push_back('\\');
+                break;
+            case '\b':
+                out.push_back('b');
+                break;
+            case '\f':
+                out.push_back('f');
+                break;
+            case '\n':
+                out.push_back('n');
+                break;
+            case '\r':
+                out.push_back('r');
+                break;
+            case '\t':
+                out.push_back('t');
+                break;
             default:
                 out += "u00";
                 out.push_back(hex[c >> 4]);
@@ -50,9 +64,13 @@ inline void append_key(std::string& out, std::string_view key) {
     out += "\":";
 }
 
-inline void append_int(std::string& out, std::int64_t v) { out += std::to_string(v); }
+inline void append_int(std::string& out, std::int64_t v) {
+    out += std::to_string(v);
+}
 
-inline void append_bool(std::string& out, bool v) { out += v ? "true" : "false"; }
+inline void append_bool(std::string& out, bool v) {
+    out += v ? "true" : "false";
+}
 
 /// Appends any JSON value (objects from outside: tool arguments, schemas) through Boost.JSON's
 /// serializer, without a temporary string per value.

@@ -28,7 +28,8 @@ struct retry_settings {
     bool honor_should_retry = false;
     int max_retries = 3;                // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
-    std::int64_t max_delay_ms = 0;   // retry.maxDelayMs: a longer computed wait ends the chain (0 = off)
+    std::int64_t max_delay_ms =
+        0;  // retry.maxDelayMs: a longer computed wait ends the chain (0 = off)
     retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
     // retry.fallbackRevertPolicy
     fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;
@@ -38,8 +39,8 @@ struct retry_settings {
 };
 
 struct compaction_settings {
-    bool enabled = true;                    // compaction.enabled
-    std::int64_t reserve_tokens = 16384;    // compaction.reserveTokens
+    bool enabled = true;                      // compaction.enabled
+    std::int64_t reserve_tokens = 16384;      // compaction.reserveTokens
     std::int64_t keep_recent_tokens = 20000;  // compaction.keepRecentTokens
 };
 

@@ -20,15 +20,15 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -58,8 +58,8 @@ struct prompt_result {
         refused,    ///< not run: the session was busy and no streaming behaviour was given
     };
     status outcome = status::succeeded;
-    std::string error;             ///< failed / aborted / refused: why
-    message_ptr last_assistant;    ///< the last assistant message of the prompt, if any
+    std::string error;           ///< failed / aborted / refused: why
+    message_ptr last_assistant;  ///< the last assistant message of the prompt, if any
 };
 
 /// The output of a tool call.
@@ -71,18 +71,19 @@ using tool_function = std::function<boost::asio::awaitable<tool_output>(json::ob
 
 struct session_options {
     boost::asio::any_io_executor executor;
-    std::shared_ptr<provider> model_provider;         ///< required
-    settings config;                                   ///< effective settings (see settings_store)
-    clock_kind clock = clock_kind::steady;             ///< manual in tests
-    std::shared_ptr<auth_storage> auth;                ///< optional: usage-limit switching (default: the provider's credentials())
-    std::shared_ptr<model_catalog> models;             ///< optional: set_model by name, retry.fallbackChains
+    std::shared_ptr<provider> model_provider;  ///< required
+    settings config;                           ///< effective settings (see settings_store)
+    clock_kind clock = clock_kind::steady;     ///< manual in tests
+    std::shared_ptr<auth_storage>
+        auth;  ///< optional: usage-limit switching (default: the provider's credentials())
+    std::shared_ptr<model_catalog> models;  ///< optional: set_model by name, retry.fallbackChains
     std::shared_ptr<compaction_hook> compaction;       ///< optional: default model_summarizer
     std::optional<std::filesystem::path> session_dir;  ///< none: history kept in memory only
     std::optional<std::filesystem::path> resume_file;  ///< continue this session file
     std::string cwd;                                   ///< recorded in the session header
     std::string system_prompt;
-    std::shared_ptr<spdlog::logger> logger;            ///< default: warnings to stderr
-    std::function<std::int64_t()> now_ms;              ///< epoch ms for dated retry hints
+    std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
+    std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
 };
 
 /// The result of a manual compaction.
@@ -97,7 +98,7 @@ class agent_session;
 
 /// Unsubscribes on destruction (RAII). Must not outlive its session.
 class subscription {
-public:
+  public:
     subscription() = default;
     subscription(subscription&& o) noexcept : s_(o.s_), id_(o.id_) { o.s_ = nullptr; }
     subscription& operator=(subscription&& o) noexcept;
@@ -106,7 +107,7 @@ public:
     ~subscription() { reset(); }
     void reset() noexcept;
 
-private:
+  private:
     friend class agent_session;
     subscription(agent_session* s, std::uint64_t id) : s_(s), id_(id) {}
     agent_session* s_ = nullptr;
@@ -114,7 +115,7 @@ private:
 };
 
 class agent_session {
-public:
+  public:
     using listener = std::function<void(const event&)>;
 
     /// The refusal text of a prompt sent while busy without a streaming behaviour.
@@ -138,8 +139,8 @@ public:
     /// status refused. The same as async_prompt(text, behavior, use_awaitable): cancelling the
     /// awaiting coroutine (terminal or partial, e.g. through awaitable operators) aborts the
     /// turn cleanly — see async_prompt. The session must outlive the operation.
-    boost::asio::awaitable<prompt_result> prompt(std::string text,
-                                                 streaming_behavior behavior = streaming_behavior::none);
+    boost::asio::awaitable<prompt_result> prompt(
+        std::string text, streaming_behavior behavior = streaming_behavior::none);
 
     /// prompt() for any Asio completion token (callback, use_future, use_awaitable, deferred).
     /// Completion signature: void(std::exception_ptr, prompt_result); the exception_ptr is set
@@ -163,7 +164,8 @@ public:
                 if (slot.is_connected()) {
                     pending = std::make_shared<bool>(true);
                     slot.assign([this, pending, id](asio::cancellation_type type) {
-                        if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
+                        if ((type & (asio::cancellation_type::terminal |
+                                     asio::cancellation_type::partial)) ==
                             asio::cancellation_type::none)
                             return;
                         asio::post(executor_, [this, pending, id] {
@@ -213,7 +215,9 @@ public:
     bool is_streaming() const noexcept { return streaming_; }
     bool is_busy() const noexcept { return busy_; }
     bool is_compacting() const noexcept { return compacting_; }
-    void set_auto_compaction_enabled(bool enabled) noexcept { config_.compaction.enabled = enabled; }
+    void set_auto_compaction_enabled(bool enabled) noexcept {
+        config_.compaction.enabled = enabled;
+    }
     bool auto_compaction_enabled() const noexcept { return config_.compaction.enabled; }
 
     /// Manual compaction: summarises the older part of the context with the current model
@@ -264,7 +268,7 @@ public:
     const std::string& session_id() const noexcept { return history_.session_id(); }
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
-private:
+  private:
     friend class subscription;
     // async_prompt's completion handler: it reports through the handler's associated executor
     // (default: the session's), computed when asked rather than stored in co_spawn's frame
@@ -290,20 +294,23 @@ private:
     class observer;
 
     struct next_step {
-        bool wait = false;           // a retry starts: wait delay_ms, then continue
+        bool wait = false;  // a retry starts: wait delay_ms, then continue
         std::int64_t delay_ms = 0;
-        bool compact = false;        // compact (overflow hand-off or threshold)
+        bool compact = false;          // compact (overflow hand-off or threshold)
         bool retry_cancelled = false;  // the chain ended "Retry cancelled" at this agent_end
         compaction_reason reason = compaction_reason::overflow;
     };
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
     boost::asio::awaitable<message_ptr> complete_with_retry(provider_request req);
-    boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b, std::uint64_t id);
-    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b, std::uint64_t id);
+    boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b,
+                                                     std::uint64_t id);
+    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
+                                                           std::uint64_t id);
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry events
+    // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry
+    // events
     next_step finish_run(run_outcome out, bool overflow_recovered);
     bool resume_after_wait(bool elapsed);
     prompt_result result_of(const message_ptr& last, bool retry_cancelled) const;
@@ -314,8 +321,8 @@ private:
     void unsubscribe(std::uint64_t id) noexcept;
     void drop_trailing_failed_assistant();
     // the usage-limit path of an agent_end decision: credential switch, else model fallback
-    std::optional<retry_fallback_applied_event> switch_on_usage_limit(agent_end_decision& d,
-                                                                     const std::string& provider_name);
+    std::optional<retry_fallback_applied_event> switch_on_usage_limit(
+        agent_end_decision& d, const std::string& provider_name);
     void restore_fallback_primary();
     void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
@@ -328,8 +335,9 @@ private:
     std::shared_ptr<spdlog::logger> logger_;
 
     retry_machine machine_;
-    std::unique_ptr<model_fallback> fallback_;  // created on first use: a parked session stays small
-    cancellable_wait backoff_;                  // inline: one allocation less per session
+    std::unique_ptr<model_fallback>
+        fallback_;              // created on first use: a parked session stays small
+    cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
     prompt_result last_result_;
 

@@ -35,7 +35,7 @@ struct history_entry {
 };
 
 class session_history {
-public:
+  public:
     /// In memory only (--no-session).
     session_history();
     ~session_history();
@@ -77,7 +77,7 @@ public:
     /// Failed replies are included (they are filtered when a request is built).
     std::vector<message_ptr> context() const;
 
-private:
+  private:
     std::error_code write_line(const json::object& o);
     std::error_code write_text_line(std::string line);  // appends the newline
     std::error_code append(std::string type, json::object fields, message_ptr m);

@@ -14,7 +14,7 @@
 namespace coagent {
 
 class model_catalog {
-public:
+  public:
     virtual ~model_catalog() = default;
 
     /// The provider that answers with `provider`/`model_id`, or nullptr with `error` set to a
@@ -28,6 +28,8 @@ public:
 };
 
 /// "provider/model", the selector of retry.fallbackChains.
-inline std::string model_selector(const model_info& m) { return m.provider + "/" + m.id; }
+inline std::string model_selector(const model_info& m) {
+    return m.provider + "/" + m.id;
+}
 
 }  // namespace coagent

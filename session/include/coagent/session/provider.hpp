@@ -33,14 +33,14 @@ struct provider_request {
 
 /// Receives the progress of a streamed reply; `partial` is the message being filled.
 class stream_observer {
-public:
+  public:
     virtual ~stream_observer() = default;
     virtual void on_message_start(const message& partial) = 0;
     virtual void on_text_delta(const message& partial, std::string_view delta) = 0;
 };
 
 class provider {
-public:
+  public:
     virtual ~provider() = default;
 
     /// The model this provider answers with.
@@ -57,8 +57,7 @@ public:
     /// to abort.slot()). Calls observer.on_message_start once before any delta. `req`, `out`,
     /// `observer` and `abort` must outlive the operation. Never throws for provider errors.
     virtual boost::asio::awaitable<void> stream(const provider_request& req, message& out,
-                                                stream_observer& observer,
-                                                abort_signal& abort) = 0;
+                                                stream_observer& observer, abort_signal& abort) = 0;
 };
 
 }  // namespace coagent
