@@ -11,12 +11,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <iostream>
 #include <unistd.h>
+#include <iostream>
 
 namespace {
 
-int run_classify(const std::string& text, std::optional<int> status, std::optional<std::int64_t> now) {
+int run_classify(const std::string& text, std::optional<int> status,
+                 std::optional<std::int64_t> now) {
     auto c = coagent::classify_error_text(text, status, now.value_or(coagent::wall_clock_ms()));
     std::cout << boost::json::serialize(coagent::to_json(c)) << std::endl;
     return 0;
@@ -28,8 +29,10 @@ int main(int argc, char** argv) {
     CLI::App app{"coagent — LLM agent sessions with automatic retry (C++20, Asio)", "coagent"};
     app.set_version_flag("--version", std::string("coagent ") + COAGENT_VERSION);
     app.footer(
-        "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration error; "
-        "130 interrupted.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; project "
+        "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration "
+        "error; "
+        "130 interrupted.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
+        "project "
         "layer <cwd>/.coagent/settings.json.");
 
     coagent::app_options o;
@@ -38,28 +41,38 @@ int main(int argc, char** argv) {
     std::string model;
     std::string session_dir, session_file, faux_log;
     std::string faux_script;
-    app.add_option("--mode", mode_name, "interactive | print | json | rpc (default: interactive on a "
-                                        "terminal; print with -p)")
+    app.add_option("--mode", mode_name,
+                   "interactive | print | json | rpc (default: interactive on a "
+                   "terminal; print with -p)")
         ->check(CLI::IsMember({"interactive", "print", "json", "rpc"}));
-    app.add_option("-p,--print", message, "Run one prompt and print the reply (implies --mode print)");
-    app.add_option("--provider", o.provider, "Provider name (default: faux, the embedded offline provider)");
+    app.add_option("-p,--print", message,
+                   "Run one prompt and print the reply (implies --mode print)");
+    app.add_option("--provider", o.provider,
+                   "Provider name (default: faux, the embedded offline provider)");
     app.add_option("--model", model, "Model id, or PROVIDER/ID");
     app.add_flag("--no-session", o.no_session, "Keep the session history in memory only");
-    app.add_option("--session-dir", session_dir, "Directory for session files (default: $COAGENT_DIR/sessions)");
+    app.add_option("--session-dir", session_dir,
+                   "Directory for session files (default: $COAGENT_DIR/sessions)");
     app.add_flag("--continue", o.continue_last, "Continue the latest session of this directory");
     app.add_option("--session", session_file, "Continue the session in this file");
-    app.add_option("--faux-script", faux_script, "Faux provider script: a JSON array of steps, inline or a file");
-    app.add_option("--faux-log", faux_log, "Faux provider: append one JSON line per request received to FILE");
-    app.add_option("--faux-context-window", o.faux_context_window, "Faux provider: context window in tokens")
+    app.add_option("--faux-script", faux_script,
+                   "Faux provider script: a JSON array of steps, inline or a file");
+    app.add_option("--faux-log", faux_log,
+                   "Faux provider: append one JSON line per request received to FILE");
+    app.add_option("--faux-context-window", o.faux_context_window,
+                   "Faux provider: context window in tokens")
         ->check(CLI::PositiveNumber);
 
-    auto* classify_cmd = app.add_subcommand("classify", "Classify an error text as the retry policy does; prints one JSON object");
+    auto* classify_cmd = app.add_subcommand(
+        "classify", "Classify an error text as the retry policy does; prints one JSON object");
     std::string classify_message;
     std::optional<int> classify_status;
     std::optional<std::int64_t> classify_now;
     classify_cmd->add_option("--message", classify_message, "The error text")->required();
-    classify_cmd->add_option("--status", classify_status, "HTTP status the provider gave")->check(CLI::Range(100, 599));
-    classify_cmd->add_option("--now", classify_now, "Current time in epoch ms (makes dated hints repeatable)");
+    classify_cmd->add_option("--status", classify_status, "HTTP status the provider gave")
+        ->check(CLI::Range(100, 599));
+    classify_cmd->add_option("--now", classify_now,
+                             "Current time in epoch ms (makes dated hints repeatable)");
 
     try {
         app.parse(argc, argv);
@@ -108,12 +121,15 @@ int main(int argc, char** argv) {
         coagent::app_context ctx(io, o);
         switch (o.mode) {
             case coagent::app_mode::print:
-            case coagent::app_mode::json: return coagent::run_print_mode(ctx);
-            case coagent::app_mode::rpc: return coagent::run_rpc_mode(ctx);
+            case coagent::app_mode::json:
+                return coagent::run_print_mode(ctx);
+            case coagent::app_mode::rpc:
+                return coagent::run_rpc_mode(ctx);
             case coagent::app_mode::interactive:
                 if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {
-                    std::cerr << "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc "
-                                 "to drive coagent over JSON lines.\n";
+                    std::cerr
+                        << "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc "
+                           "to drive coagent over JSON lines.\n";
                     return 2;
                 }
                 return coagent::run_interactive_mode(ctx);

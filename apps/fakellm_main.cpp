@@ -13,26 +13,34 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-    CLI::App app{"coagent-fakellm — a scripted fake LLM server (OpenAI chat-completions and Anthropic "
-                 "Messages, streamed) on 127.0.0.1",
-                 "coagent-fakellm"};
+    CLI::App app{
+        "coagent-fakellm — a scripted fake LLM server (OpenAI chat-completions and Anthropic "
+        "Messages, streamed) on 127.0.0.1",
+        "coagent-fakellm"};
     app.set_version_flag("--version", std::string("coagent-fakellm ") + COAGENT_VERSION);
     app.footer(
         "Prints `listening 127.0.0.1:<port>` as its first stdout line, then serves until SIGINT or "
-        "SIGTERM.\nScript steps (one per request, in order): {\"status\":N,\"headers\"?:{},\"body\"?:JSON|TEXT}, "
+        "SIGTERM.\nScript steps (one per request, in order): "
+        "{\"status\":N,\"headers\"?:{},\"body\"?:JSON|TEXT}, "
         "{\"text\":T,\"chunks\"?:N,\"usage\"?:{}}, {\"text\":T,\"cutAfterChunks\":N}, "
-        "{\"text\":T,\"stallAfterChunks\":N,\"stallMs\":M}, {\"sseError\":{\"type\":T,\"message\":M}}, "
-        "{\"toolCall\":{\"name\":N,\"arguments\":{}}}; any step may carry \"times\" and \"delayMs\". "
-        "See docs/fakellm.md.\nExit codes: 0 stopped by a signal; 2 bad flags or script; 1 cannot listen.");
+        "{\"text\":T,\"stallAfterChunks\":N,\"stallMs\":M}, "
+        "{\"sseError\":{\"type\":T,\"message\":M}}, "
+        "{\"toolCall\":{\"name\":N,\"arguments\":{}}}; any step may carry \"times\" and "
+        "\"delayMs\". "
+        "See docs/fakellm.md.\nExit codes: 0 stopped by a signal; 2 bad flags or script; 1 cannot "
+        "listen.");
 
     int port = 0;
     std::string script_arg, log_file, tls_cert, tls_key;
     std::string host = "127.0.0.1";
-    app.add_option("--port", port, "TCP port; 0 lets the OS choose (default)")->check(CLI::Range(0, 65535));
-    app.add_option("--script", script_arg, "The script: a JSON array inline, or a file holding one")->required();
+    app.add_option("--port", port, "TCP port; 0 lets the OS choose (default)")
+        ->check(CLI::Range(0, 65535));
+    app.add_option("--script", script_arg, "The script: a JSON array inline, or a file holding one")
+        ->required();
     app.add_option("--log", log_file, "Append one JSON line per request received to FILE");
     app.add_option("--host", host, "Address to listen on (default 127.0.0.1)");
-    app.add_option("--tls-cert", tls_cert, "Serve https with this PEM certificate chain (needs --tls-key)");
+    app.add_option("--tls-cert", tls_cert,
+                   "Serve https with this PEM certificate chain (needs --tls-key)");
     app.add_option("--tls-key", tls_key, "The PEM private key of --tls-cert");
 
     try {

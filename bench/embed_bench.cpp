@@ -78,22 +78,29 @@ void server_sessions(benchmark::State& state) {
     for (auto _ : state) {
         int remaining = requests_per_iteration;
         for (auto& s : streams)
-            asio::co_spawn(client_io, request_loop(*s, remaining, failures), [](std::exception_ptr e) {
-                if (e) std::rethrow_exception(e);
-            });
+            asio::co_spawn(client_io, request_loop(*s, remaining, failures),
+                           [](std::exception_ptr e) {
+                               if (e) std::rethrow_exception(e);
+                           });
         client_io.restart();
         client_io.run();
     }
     const auto sessions = static_cast<double>(state.iterations()) * requests_per_iteration;
     state.counters["sessions_per_s"] = benchmark::Counter(sessions, benchmark::Counter::kIsRate);
-    state.counters["retried"] = static_cast<double>(server.stats().retries.load()) / static_cast<double>(server.stats().completed.load());
+    state.counters["retried"] = static_cast<double>(server.stats().retries.load()) /
+                                static_cast<double>(server.stats().completed.load());
     if (failures) state.SkipWithError("requests failed");
 
     for (auto& s : streams) s->close();
     server.stop();
     server_thread.join();
 }
-BENCHMARK(server_sessions)->Args({1, 0})->Args({16, 0})->Args({64, 0})->Args({64, 1})->UseRealTime()
+BENCHMARK(server_sessions)
+    ->Args({1, 0})
+    ->Args({16, 0})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 void idle_session_bytes(benchmark::State& state) {
@@ -128,7 +135,11 @@ void idle_session_bytes(benchmark::State& state) {
     }
     state.counters["bytes_per_session"] = per_session;
 }
-BENCHMARK(idle_session_bytes)->Args({10000, 0})->Args({10000, 1})->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(idle_session_bytes)
+    ->Args({10000, 0})
+    ->Args({10000, 1})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

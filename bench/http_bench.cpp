@@ -70,7 +70,8 @@ void sse_parse(benchmark::State& state) {
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
     state.SetItemsProcessed(static_cast<std::int64_t>(events));
-    state.counters["events_per_s"] = benchmark::Counter(double(events), benchmark::Counter::kIsRate);
+    state.counters["events_per_s"] =
+        benchmark::Counter(double(events), benchmark::Counter::kIsRate);
 }
 BENCHMARK(sse_parse)->Unit(benchmark::kMicrosecond);
 
@@ -96,7 +97,8 @@ void sse_decode(benchmark::State& state) {
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
     state.SetItemsProcessed(static_cast<std::int64_t>(events));
-    state.counters["events_per_s"] = benchmark::Counter(double(events), benchmark::Counter::kIsRate);
+    state.counters["events_per_s"] =
+        benchmark::Counter(double(events), benchmark::Counter::kIsRate);
 }
 BENCHMARK(sse_decode)->Unit(benchmark::kMicrosecond);
 
@@ -116,7 +118,9 @@ struct server_thread {
         asio::post(io, [this] { server->stop(); });
         thread.join();
     }
-    std::string base_url() const { return "http://127.0.0.1:" + std::to_string(server->port()) + "/v1"; }
+    std::string base_url() const {
+        return "http://127.0.0.1:" + std::to_string(server->port()) + "/v1";
+    }
 };
 
 void stream_loopback(benchmark::State& state) {
@@ -151,8 +155,10 @@ void stream_loopback(benchmark::State& state) {
     // SSE body bytes per reply, measured once from the same plan fakellm sends
     fakellm::step s;
     s.text = words(chunks_per_reply);
-    const auto plan = fakellm::plan_stream(s, api == http_protocol::api_kind::openai_completions ? fakellm::api::openai
-                                                                                                : fakellm::api::anthropic,
+    const auto plan = fakellm::plan_stream(s,
+                                           api == http_protocol::api_kind::openai_completions
+                                               ? fakellm::api::openai
+                                               : fakellm::api::anthropic,
                                            "bench-model", 2, 1);
     std::size_t body = 0, events = 0;
     for (const auto& v : {plan.head, plan.chunks, plan.tail}) {
@@ -160,19 +166,26 @@ void stream_loopback(benchmark::State& state) {
         for (const auto& e : v) body += e.size();
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body));
-    state.counters["events_per_s"] = benchmark::Counter(double(state.iterations() * events), benchmark::Counter::kIsRate);
+    state.counters["events_per_s"] =
+        benchmark::Counter(double(state.iterations() * events), benchmark::Counter::kIsRate);
     state.counters["connections"] = static_cast<double>(p.connections_opened());
     benchmark::DoNotOptimize(bytes);
 }
-BENCHMARK(stream_loopback)->Arg(0)->Arg(1)->ArgName("anthropic")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stream_loopback)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("anthropic")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void retried_turn(benchmark::State& state) {
     constexpr int max_turns = 5000;
     std::string script = "[";
     for (int i = 0; i < max_turns; ++i)
-        script += std::string(i ? "," : "") +
-                  R"({"status":503,"body":{"error":{"message":"Service Unavailable: upstream overloaded"}},"times":2},)"
-                  R"({"text":"Hello after two retries, streamed in a few words."})";
+        script +=
+            std::string(i ? "," : "") +
+            R"({"status":503,"body":{"error":{"message":"Service Unavailable: upstream overloaded"}},"times":2},)"
+            R"({"text":"Hello after two retries, streamed in a few words."})";
     script += "]";
     server_thread srv(script);
     http_provider_options o;
@@ -205,7 +218,11 @@ void retried_turn(benchmark::State& state) {
     }
     state.counters["requests_per_turn"] = 3;
 }
-BENCHMARK(retried_turn)->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime()->Iterations(2000);
+BENCHMARK(retried_turn)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
+    ->Iterations(2000);
 
 }  // namespace
 

@@ -45,7 +45,8 @@ fs::path beside_me(const char* env, const char* name) {
 /// start (it is never asked to connect here).
 const fs::path& config_dir() {
     static const fs::path dir = [] {
-        fs::path d = fs::temp_directory_path() / ("coagent-rpc-bench-" + std::to_string(::getpid()));
+        fs::path d =
+            fs::temp_directory_path() / ("coagent-rpc-bench-" + std::to_string(::getpid()));
         fs::create_directories(d);
         std::ofstream(d / "models.json")
             << R"({"providers":{"fake":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions","apiKey":"x","models":[{"id":"m"}]}}})";
@@ -64,7 +65,9 @@ agent coagent_rpc(std::vector<std::string> extra = {}) {
     a.insert(a.end(), extra.begin(), extra.end());
     return {beside_me("COAGENT_BIN", "coagent"), a};
 }
-agent standin() { return {beside_me("STANDIN_BIN", "peer-standin-agent"), {}}; }
+agent standin() {
+    return {beside_me("STANDIN_BIN", "peer-standin-agent"), {}};
+}
 
 std::map<std::string, std::string> env() {
     return {{"COAGENT_DIR", config_dir().string()}, {"HOME", config_dir().string()}};
@@ -79,7 +82,9 @@ void run(std::function<asio::awaitable<void>(asio::io_context&)> body) {
     if (failure) std::rethrow_exception(failure);
 }
 
-double ms(clk::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ms(clk::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+}
 
 double pct(std::vector<double> v, double p) {
     if (v.empty()) return 0;
@@ -111,8 +116,12 @@ void startup(benchmark::State& state, agent a) {
     state.counters["first_response_p50_ms"] = pct(first, 50);
     state.counters["first_response_p99_ms"] = pct(first, 99);
 }
-void rpc_startup(benchmark::State& s) { startup(s, coagent_rpc()); }
-void baseline_standin_startup(benchmark::State& s) { startup(s, standin()); }
+void rpc_startup(benchmark::State& s) {
+    startup(s, coagent_rpc());
+}
+void baseline_standin_startup(benchmark::State& s) {
+    startup(s, standin());
+}
 
 // ---- (b) get_state round trip --------------------------------------------------------------
 
@@ -133,8 +142,12 @@ void get_state_rtt(benchmark::State& state, agent a) {
     state.counters["p50_us"] = pct(us, 50);
     state.counters["p99_us"] = pct(us, 99);
 }
-void rpc_get_state(benchmark::State& s) { get_state_rtt(s, coagent_rpc()); }
-void baseline_standin_get_state(benchmark::State& s) { get_state_rtt(s, standin()); }
+void rpc_get_state(benchmark::State& s) {
+    get_state_rtt(s, coagent_rpc());
+}
+void baseline_standin_get_state(benchmark::State& s) {
+    get_state_rtt(s, standin());
+}
 
 // ---- (c) events per second for a long streamed reply ---------------------------------------
 
@@ -143,8 +156,8 @@ constexpr int reply_words = 2000;
 void rpc_stream_events(benchmark::State& state) {
     std::string text;
     for (int i = 0; i < reply_words; ++i) text += i == 0 ? "word" : " word";
-    const std::string script =
-        boost::json::serialize(boost::json::array{boost::json::object{{"text", text}, {"times", 1000000}}});
+    const std::string script = boost::json::serialize(
+        boost::json::array{boost::json::object{{"text", text}, {"times", 1000000}}});
     std::uint64_t events = 0, bytes = 0, counted = 0;
     double seconds = 0;
     run([&](asio::io_context& io) -> asio::awaitable<void> {
@@ -174,7 +187,8 @@ void rpc_stream_events(benchmark::State& state) {
     state.counters["events_per_s"] = double(events) / seconds;
     state.counters["events_per_reply"] = double(events) / double(state.iterations());
     state.counters["bytes_per_event"] = counted ? double(bytes) / double(counted) : 0;
-    state.counters["MB_per_s"] = counted ? double(events) * (double(bytes) / double(counted)) / seconds / 1e6 : 0;
+    state.counters["MB_per_s"] =
+        counted ? double(events) * (double(bytes) / double(counted)) / seconds / 1e6 : 0;
 }
 
 }  // namespace

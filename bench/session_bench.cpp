@@ -34,9 +34,10 @@ constexpr int cycles_per_prompt = 1000;
 
 std::shared_ptr<faux_provider> endless_errors(bool then_ok) {
     faux_options fo;
-    std::string script = R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":)" +
-                         std::to_string(then_ok ? cycles_per_prompt : 1'000'000'000) + "}" +
-                         (then_ok ? R"(,{"text":"ok"}])" : "]");
+    std::string script =
+        R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":)" +
+        std::to_string(then_ok ? cycles_per_prompt : 1'000'000'000) + "}" +
+        (then_ok ? R"(,{"text":"ok"}])" : "]");
     fo.script = faux_script::parse(script, "<bench>");
     fo.record_requests = false;
     return std::make_shared<faux_provider>(std::move(fo));
@@ -71,8 +72,9 @@ void retry_cycle(benchmark::State& state) {
         io.run();
         if (!done) std::abort();
     }
-    state.counters["ns_per_cycle"] = benchmark::Counter(
-        double(state.iterations()) * cycles_per_prompt, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    state.counters["ns_per_cycle"] =
+        benchmark::Counter(double(state.iterations()) * cycles_per_prompt,
+                           benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
     state.counters["ns_per_cycle"].value *= 1;  // seconds per cycle; scaled below by the reporter
     benchmark::DoNotOptimize(events);
 }
@@ -85,12 +87,15 @@ asio::awaitable<void> post_loop(int n) {
 void baseline_post_resume(benchmark::State& state) {
     asio::io_context io;
     for (auto _ : state) {
-        asio::co_spawn(io, post_loop(cycles_per_prompt), [](std::exception_ptr e) { if (e) std::abort(); });
+        asio::co_spawn(io, post_loop(cycles_per_prompt), [](std::exception_ptr e) {
+            if (e) std::abort();
+        });
         io.restart();
         io.run();
     }
-    state.counters["ns_per_cycle"] = benchmark::Counter(
-        double(state.iterations()) * cycles_per_prompt, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    state.counters["ns_per_cycle"] =
+        benchmark::Counter(double(state.iterations()) * cycles_per_prompt,
+                           benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // (b) ------------------------------------------------------------------------------------
@@ -130,9 +135,11 @@ void abort_retry_latency(benchmark::State& state) {
     state.counters["p99_ns"] = p.p99;
 }
 
-asio::awaitable<void> park(asio::steady_timer& t, asio::cancellation_signal& sig, clk::time_point& resumed) {
+asio::awaitable<void> park(asio::steady_timer& t, asio::cancellation_signal& sig,
+                           clk::time_point& resumed) {
     t.expires_after(std::chrono::hours(1000));
-    auto [ec] = co_await t.async_wait(asio::bind_cancellation_slot(sig.slot(), asio::as_tuple(asio::use_awaitable)));
+    auto [ec] = co_await t.async_wait(
+        asio::bind_cancellation_slot(sig.slot(), asio::as_tuple(asio::use_awaitable)));
     (void)ec;
     resumed = clk::now();
 }
@@ -144,7 +151,9 @@ void baseline_cancel_round_trip(benchmark::State& state) {
         asio::steady_timer t(io);
         asio::cancellation_signal sig;
         clk::time_point resumed{};
-        asio::co_spawn(io, park(t, sig, resumed), [](std::exception_ptr e) { if (e) std::abort(); });
+        asio::co_spawn(io, park(t, sig, resumed), [](std::exception_ptr e) {
+            if (e) std::abort();
+        });
         io.restart();
         io.poll();
         const auto t0 = clk::now();
@@ -239,7 +248,17 @@ BENCHMARK(retry_cycle)->Unit(benchmark::kMicrosecond);
 BENCHMARK(baseline_post_resume)->Unit(benchmark::kMicrosecond);
 BENCHMARK(abort_retry_latency)->Iterations(20000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(baseline_cancel_round_trip)->Iterations(20000)->Unit(benchmark::kMicrosecond);
-BENCHMARK(parked_sessions)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(baseline_parked_coroutines)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(parked_sessions)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(baseline_parked_coroutines)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

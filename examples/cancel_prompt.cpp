@@ -29,15 +29,18 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+double seconds_since(clk::time_point t) {
+    return std::chrono::duration<double>(clk::now() - t).count();
+}
 
 // 1. the prompt, cancellable through `cancel`'s slot
 asio::awaitable<void> ask(coagent::agent_session& s, asio::cancellation_signal& cancel, bool& ok) {
     const auto start = clk::now();
-    coagent::prompt_result r =
-        co_await s.async_prompt("Say hello", asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
+    coagent::prompt_result r = co_await s.async_prompt(
+        "Say hello", asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
     std::printf("1. prompt completed after %.2f s: %s (%s)\n", seconds_since(start),
-                r.outcome == coagent::prompt_result::status::aborted ? "aborted" : "not aborted", r.error.c_str());
+                r.outcome == coagent::prompt_result::status::aborted ? "aborted" : "not aborted",
+                r.error.c_str());
     ok = r.outcome == coagent::prompt_result::status::aborted && r.error == "Retry cancelled" &&
          seconds_since(start) < 5.0;
 }
@@ -63,12 +66,14 @@ asio::awaitable<void> deadline_then_retry(coagent::agent_session& s, bool& ok) {
     auto prompt = s.async_prompt("Say hello", asio::use_awaitable);
     auto timeout = deadline.async_wait(asio::use_awaitable);
     auto first = co_await (std::move(prompt) || std::move(timeout));
-    std::printf("2. %s after %.2f s; session busy: %s\n", first.index() == 1 ? "deadline hit" : "prompt finished",
-                seconds_since(start), s.is_busy() ? "yes" : "no");
+    std::printf("2. %s after %.2f s; session busy: %s\n",
+                first.index() == 1 ? "deadline hit" : "prompt finished", seconds_since(start),
+                s.is_busy() ? "yes" : "no");
     const bool deadline_ok = first.index() == 1 && !s.is_busy() && seconds_since(start) < 5.0;
 
     coagent::prompt_result r = co_await s.prompt("Say hello");
-    std::printf("3. reply: %s\n", r.last_assistant ? coagent::text_of(*r.last_assistant).c_str() : "(none)");
+    std::printf("3. reply: %s\n",
+                r.last_assistant ? coagent::text_of(*r.last_assistant).c_str() : "(none)");
     ok = deadline_ok && r.outcome == coagent::prompt_result::status::succeeded;
 }
 

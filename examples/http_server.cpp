@@ -4,7 +4,8 @@
 //
 //   $ http_server --port 8080 --base-delay-ms 1000 &
 //   listening 127.0.0.1:8080
-//   $ curl -s -d 'hi' 127.0.0.1:8080/prompt        # the first request meets a 503, retried after 1 s
+//   $ curl -s -d 'hi' 127.0.0.1:8080/prompt        # the first request meets a 503, retried after 1
+//   s
 //   {"reply":"You said: hi","retries":1,"outcome":"succeeded","request":0}
 //   $ curl -s 127.0.0.1:8080/stats
 //
@@ -30,8 +31,10 @@ int main(int argc, char** argv) {
     app.add_option("--port", port, "port on 127.0.0.1 (0: the OS picks one)");
     app.add_option("--base-delay-ms", opts.base_delay_ms, "retry.baseDelayMs of every session")
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--threads", threads, "threads running the io_context")->check(CLI::Range(1, 64));
-    app.add_flag("--no-failures", no_failures, "no 503 on the first attempt of every other request");
+    app.add_option("--threads", threads, "threads running the io_context")
+        ->check(CLI::Range(1, 64));
+    app.add_flag("--no-failures", no_failures,
+                 "no 503 on the first attempt of every other request");
     CLI11_PARSE(app, argc, argv);
     opts.fail_every_other = !no_failures;
 

@@ -47,8 +47,8 @@ asio::awaitable<void> one_request(asio::ip::tcp::endpoint ep, int i, tally& t) {
         if (r.retries > 0) ++t.retried;
     } else {
         ++t.failed;
-        std::fprintf(stderr, "load_client: request %d: HTTP %u, %s: %s\n", i, r.status, r.outcome.c_str(),
-                     r.error.empty() ? r.reply.c_str() : r.error.c_str());
+        std::fprintf(stderr, "load_client: request %d: HTTP %u, %s: %s\n", i, r.status,
+                     r.outcome.c_str(), r.error.empty() ? r.reply.c_str() : r.error.c_str());
     }
     boost::system::error_code ignored;
     s.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
@@ -72,10 +72,13 @@ int main(int argc, char** argv) {
     int expect_retried = -1;
     long long min_peak = 0;
     app.add_option("--port", port, "the server's port on 127.0.0.1")->required();
-    app.add_option("--requests", requests, "concurrent requests (one connection each)")->check(CLI::Range(1, 2000));
-    app.add_option("--max-seconds", max_seconds, "all requests must be answered within this")->check(CLI::Range(0.1, 600.0));
+    app.add_option("--requests", requests, "concurrent requests (one connection each)")
+        ->check(CLI::Range(1, 2000));
+    app.add_option("--max-seconds", max_seconds, "all requests must be answered within this")
+        ->check(CLI::Range(0.1, 600.0));
     app.add_option("--expect-retried", expect_retried, "exactly this many requests were retried");
-    app.add_option("--min-peak-in-flight", min_peak, "the server had at least this many turns in flight at once");
+    app.add_option("--min-peak-in-flight", min_peak,
+                   "the server had at least this many turns in flight at once");
     CLI11_PARSE(app, argc, argv);
 
     asio::io_context io;
@@ -84,7 +87,8 @@ int main(int argc, char** argv) {
     const auto start = clk::now();
 
     // watchdog: nothing runs past the time bound
-    asio::steady_timer watchdog(io, std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(max_seconds)));
+    asio::steady_timer watchdog(
+        io, std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(max_seconds)));
     bool timed_out = false;
     watchdog.async_wait([&](const boost::system::error_code& ec) {
         if (ec) return;
@@ -109,8 +113,8 @@ int main(int argc, char** argv) {
     io.run();
     const double elapsed = std::chrono::duration<double>(t.last_done - start).count();
     if (timed_out) {
-        std::fprintf(stderr, "load_client: FAIL: only %d of %d requests answered within %.1f s\n", t.done, requests,
-                     max_seconds);
+        std::fprintf(stderr, "load_client: FAIL: only %d of %d requests answered within %.1f s\n",
+                     t.done, requests, max_seconds);
         return 1;
     }
 
@@ -125,17 +129,20 @@ int main(int argc, char** argv) {
         stats = std::move(o);
     });
     io.run();
-    const long long peak = stats.contains("peakInFlight") ? stats.at("peakInFlight").to_number<long long>() : -1;
+    const long long peak =
+        stats.contains("peakInFlight") ? stats.at("peakInFlight").to_number<long long>() : -1;
 
-    std::printf("%d requests: %d succeeded (%d after a retry), %d failed, in %.2f s; peak in flight %lld\n", requests,
-                t.ok, t.retried, t.failed, elapsed, peak);
+    std::printf(
+        "%d requests: %d succeeded (%d after a retry), %d failed, in %.2f s; peak in flight %lld\n",
+        requests, t.ok, t.retried, t.failed, elapsed, peak);
     bool pass = true;
     if (t.failed || t.ok != requests) {
         std::fprintf(stderr, "load_client: FAIL: %d requests failed\n", requests - t.ok);
         pass = false;
     }
     if (expect_retried >= 0 && t.retried != expect_retried) {
-        std::fprintf(stderr, "load_client: FAIL: %d requests retried, expected %d\n", t.retried, expect_retried);
+        std::fprintf(stderr, "load_client: FAIL: %d requests retried, expected %d\n", t.retried,
+                     expect_retried);
         pass = false;
     }
     if (elapsed > max_seconds) {
@@ -143,7 +150,8 @@ int main(int argc, char** argv) {
         pass = false;
     }
     if (peak < min_peak) {
-        std::fprintf(stderr, "load_client: FAIL: peak in flight %lld, expected at least %lld\n", peak, min_peak);
+        std::fprintf(stderr, "load_client: FAIL: peak in flight %lld, expected at least %lld\n",
+                     peak, min_peak);
         pass = false;
     }
     return pass ? 0 : 1;

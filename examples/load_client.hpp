@@ -29,8 +29,8 @@ struct prompt_reply {
 };
 
 /// Sends one request and reads its response (the stream stays open for the next one).
-inline asio::awaitable<http::response<http::string_body>> round_trip(beast::tcp_stream& s, beast::flat_buffer& buf,
-                                                                     http::request<http::string_body> req) {
+inline asio::awaitable<http::response<http::string_body>> round_trip(
+    beast::tcp_stream& s, beast::flat_buffer& buf, http::request<http::string_body> req) {
     req.set(http::field::host, "127.0.0.1");
     req.prepare_payload();
     co_await http::async_write(s, req, asio::use_awaitable);
@@ -39,7 +39,8 @@ inline asio::awaitable<http::response<http::string_body>> round_trip(beast::tcp_
     co_return res;
 }
 
-inline asio::awaitable<prompt_reply> post_prompt(beast::tcp_stream& s, beast::flat_buffer& buf, std::string text) {
+inline asio::awaitable<prompt_reply> post_prompt(beast::tcp_stream& s, beast::flat_buffer& buf,
+                                                 std::string text) {
     http::request<http::string_body> req(http::verb::post, "/prompt", 11);
     req.set(http::field::content_type, "text/plain");
     req.body() = std::move(text);
@@ -51,7 +52,8 @@ inline asio::awaitable<prompt_reply> post_prompt(beast::tcp_stream& s, beast::fl
     if (auto* p = o.if_contains("outcome")) r.outcome = p->as_string();
     if (auto* p = o.if_contains("reply")) r.reply = p->as_string();
     if (auto* p = o.if_contains("error")) r.error = p->as_string();
-    if (auto* p = o.if_contains("retries")) r.retries = static_cast<int>(p->to_number<std::int64_t>());
+    if (auto* p = o.if_contains("retries"))
+        r.retries = static_cast<int>(p->to_number<std::int64_t>());
     co_return r;
 }
 

@@ -40,11 +40,12 @@ int main() {
     // listeners run on the session's executor, synchronously, in event order
     auto sub = session.subscribe([](const coagent::event& e) {
         if (auto* s = std::get_if<coagent::auto_retry_start_event>(&e))
-            std::printf("auto_retry_start: attempt %d/%d in %lld ms: %s\n", s->attempt, s->max_attempts,
-                        static_cast<long long>(s->delay_ms), s->error_message.c_str());
+            std::printf("auto_retry_start: attempt %d/%d in %lld ms: %s\n", s->attempt,
+                        s->max_attempts, static_cast<long long>(s->delay_ms),
+                        s->error_message.c_str());
         else if (auto* x = std::get_if<coagent::auto_retry_end_event>(&e))
-            std::printf("auto_retry_end: %s after %d %s\n", x->success ? "success" : "failure", x->attempt,
-                        x->attempt == 1 ? "retry" : "retries");
+            std::printf("auto_retry_end: %s after %d %s\n", x->success ? "success" : "failure",
+                        x->attempt, x->attempt == 1 ? "retry" : "retries");
     });
 
     int exit_code = 1;

@@ -52,8 +52,8 @@ namespace json = boost::json;
 using tcp = asio::ip::tcp;
 
 struct server_options {
-    std::int64_t base_delay_ms = 1000;  ///< retry.baseDelayMs of every session
-    bool fail_every_other = true;       ///< a 503 on the first attempt of requests 0, 2, 4, …
+    std::int64_t base_delay_ms = 1000;      ///< retry.baseDelayMs of every session
+    bool fail_every_other = true;           ///< a 503 on the first attempt of requests 0, 2, 4, …
     std::chrono::seconds idle_timeout{30};  ///< a keep-alive connection idle that long is closed
     std::shared_ptr<spdlog::logger> logger;  ///< sessions' logger (default: warnings to stderr)
 };
@@ -76,7 +76,8 @@ struct turn_result {
 
 /// One session turn on the calling coroutine's executor (the connection's strand): a fresh
 /// session on a faux provider that answers "You said: <text>", after a 503 when `fail_first`.
-inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first, std::int64_t base_delay_ms,
+inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first,
+                                             std::int64_t base_delay_ms,
                                              std::shared_ptr<spdlog::logger> logger) {
     coagent::faux_script script;
     if (fail_first) {
@@ -114,16 +115,20 @@ inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first, 
 
 inline const char* to_string(coagent::prompt_result::status s) noexcept {
     switch (s) {
-        case coagent::prompt_result::status::succeeded: return "succeeded";
-        case coagent::prompt_result::status::failed: return "failed";
-        case coagent::prompt_result::status::aborted: return "aborted";
-        case coagent::prompt_result::status::refused: return "refused";
+        case coagent::prompt_result::status::succeeded:
+            return "succeeded";
+        case coagent::prompt_result::status::failed:
+            return "failed";
+        case coagent::prompt_result::status::aborted:
+            return "aborted";
+        case coagent::prompt_result::status::refused:
+            return "refused";
     }
     return "unknown";
 }
 
 class prompt_server {
-public:
+  public:
     /// Binds and listens on `ep` (port 0: the OS picks one, see local_endpoint()).
     prompt_server(asio::io_context& io, const tcp::endpoint& ep, server_options opts)
         : io_(io), acceptor_(asio::make_strand(io)), opts_(std::move(opts)) {
@@ -160,7 +165,7 @@ public:
         }
     }
 
-private:
+  private:
     struct connection {
         explicit connection(tcp::socket s) : stream(std::move(s)) {}
         beast::tcp_stream stream;
@@ -184,8 +189,8 @@ private:
     static asio::awaitable<void> accept_loop(prompt_server* self) {
         for (;;) {
             // each connection gets its own strand: its sessions live there
-            auto [ec, sock] = co_await self->acceptor_.async_accept(asio::make_strand(self->io_),
-                                                                    asio::as_tuple(asio::use_awaitable));
+            auto [ec, sock] = co_await self->acceptor_.async_accept(
+                asio::make_strand(self->io_), asio::as_tuple(asio::use_awaitable));
             if (ec) {
                 if (!self->acceptor_.is_open()) co_return;
                 continue;  // e.g. too many open files: keep serving the others
@@ -205,13 +210,15 @@ private:
         }
     }
 
-    static asio::awaitable<void> serve(prompt_server* self, std::shared_ptr<connection> c, std::uint64_t id) {
+    static asio::awaitable<void> serve(prompt_server* self, std::shared_ptr<connection> c,
+                                       std::uint64_t id) {
         beast::flat_buffer buf;
         while (!c->stopping) {
             http::request_parser<http::string_body> parser;
             parser.body_limit(1 << 20);
             c->stream.expires_after(self->opts_.idle_timeout);
-            auto [ec, n] = co_await http::async_read(c->stream, buf, parser, asio::as_tuple(asio::use_awaitable));
+            auto [ec, n] = co_await http::async_read(c->stream, buf, parser,
+                                                     asio::as_tuple(asio::use_awaitable));
             (void)n;
             if (ec) break;  // closed, idle timeout, stop(), or a malformed request
             c->busy = true;
@@ -221,7 +228,8 @@ private:
             res.keep_alive(req.keep_alive() && !c->stopping);
             res.prepare_payload();
             c->stream.expires_after(self->opts_.idle_timeout);
-            auto [wec, wn] = co_await http::async_write(c->stream, res, asio::as_tuple(asio::use_awaitable));
+            auto [wec, wn] =
+                co_await http::async_write(c->stream, res, asio::as_tuple(asio::use_awaitable));
             (void)wn;
             c->busy = false;
             if (wec || !res.keep_alive()) break;
@@ -233,7 +241,8 @@ private:
         self->connections_.erase(id);
     }
 
-    asio::awaitable<http::response<http::string_body>> answer(const http::request<http::string_body>& req) {
+    asio::awaitable<http::response<http::string_body>> answer(
+        const http::request<http::string_body>& req) {
         http::response<http::string_body> res{http::status::ok, req.version()};
         res.set(http::field::content_type, "application/json");
         if (req.target() == "/prompt" && req.method() == http::verb::post) {
@@ -243,7 +252,8 @@ private:
             std::int64_t peak = stats_.peak_in_flight.load();
             while (peak < now && !stats_.peak_in_flight.compare_exchange_weak(peak, now)) {
             }
-            turn_result t = co_await run_turn(req.body(), fail_first, opts_.base_delay_ms, opts_.logger);
+            turn_result t =
+                co_await run_turn(req.body(), fail_first, opts_.base_delay_ms, opts_.logger);
             stats_.in_flight.fetch_sub(1);
             stats_.completed.fetch_add(1);
             stats_.retries.fetch_add(static_cast<std::uint64_t>(t.retries));
@@ -253,7 +263,8 @@ private:
             o["outcome"] = to_string(t.outcome);
             o["request"] = n;
             if (!t.error.empty()) o["error"] = t.error;
-            if (t.outcome != coagent::prompt_result::status::succeeded) res.result(http::status::bad_gateway);
+            if (t.outcome != coagent::prompt_result::status::succeeded)
+                res.result(http::status::bad_gateway);
             res.body() = json::serialize(o);
         } else if (req.target() == "/stats" && req.method() == http::verb::get) {
             json::object o;

@@ -21,7 +21,8 @@ namespace json = boost::json;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     fuzz::clear_scratch();
     const auto file = fuzz::write_scratch("auth.json", data, size);
-    static const auto quiet = std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::null_sink_mt>());
+    static const auto quiet =
+        std::make_shared<spdlog::logger>("auth", std::make_shared<spdlog::sinks::null_sink_mt>());
     const auto now = [] { return std::int64_t{1'700'000'000'000}; };
     std::optional<file_auth_storage> auth;
     try {
@@ -54,9 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         file_auth_storage fresh(file, now, quiet);
         FUZZ_CHECK(fresh.credential_count(p) == n);
         bool blocked = false;
-        for (std::size_t i = 0; i < n; ++i) blocked = blocked || fresh.blocked_until(p, i) >= now() + 5000;
+        for (std::size_t i = 0; i < n; ++i)
+            blocked = blocked || fresh.blocked_until(p, i) >= now() + 5000;
         FUZZ_CHECK(blocked);
     }
-    for (std::size_t i = 0; i < providers.size(); ++i) FUZZ_CHECK(auth->credential_count(providers[i]) == counts[i]);
+    for (std::size_t i = 0; i < providers.size(); ++i)
+        FUZZ_CHECK(auth->credential_count(providers[i]) == counts[i]);
     return 0;
 }

@@ -25,14 +25,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     static constexpr int statuses[] = {0, 200, 400, 408, 413, 429, 500, 503, 529, 599};
     const classification plain = classify_error_text(text, std::nullopt, 1'700'000'000'000);
-    for (std::optional<int> status : {std::optional<int>{}, std::optional<int>{INT_MIN}, std::optional<int>{INT_MAX}}) {
+    for (std::optional<int> status :
+         {std::optional<int>{}, std::optional<int>{INT_MIN}, std::optional<int>{INT_MAX}}) {
         const auto c = classify_error_text(text, status, 1'700'000'000'000);
         FUZZ_CHECK(!c.rule.empty());
     }
     for (int status : statuses) {
         const auto c = classify_error_text(text, status, 1'700'000'000'000);
         FUZZ_CHECK(!c.rule.empty());
-        FUZZ_CHECK(c.retryable() == (c.kind == error_kind::retryable || c.kind == error_kind::usage_limit));
+        FUZZ_CHECK(c.retryable() ==
+                   (c.kind == error_kind::retryable || c.kind == error_kind::usage_limit));
         if (c.retry_after_ms) FUZZ_CHECK(*c.retry_after_ms >= 0);
         const std::string j = json::serialize(to_json(c));
         boost::system::error_code ec;

@@ -60,7 +60,8 @@ inline const std::filesystem::path& scratch_dir() {
 }
 
 /// Writes `data` to `name` in the scratch directory (replacing it) and returns its path.
-inline std::filesystem::path write_scratch(const std::string& name, const std::uint8_t* data, std::size_t size) {
+inline std::filesystem::path write_scratch(const std::string& name, const std::uint8_t* data,
+                                           std::size_t size) {
     auto p = scratch_dir() / name;
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
@@ -72,12 +73,14 @@ inline std::filesystem::path write_scratch(const std::string& name, const std::u
 /// Removes every file of the scratch directory (between runs of one input).
 inline void clear_scratch() {
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(scratch_dir(), ec)) std::filesystem::remove_all(e.path(), ec);
+    for (const auto& e : std::filesystem::directory_iterator(scratch_dir(), ec))
+        std::filesystem::remove_all(e.path(), ec);
 }
 
 /// Chunk sizes that split `size` bytes: a small PRNG seeded from the bytes (no input byte is
 /// consumed, so seeds stay plain files), sizes 1..max_chunk.
-inline std::vector<std::size_t> chunking(std::string_view data, std::size_t max_chunk, std::uint64_t salt = 0) {
+inline std::vector<std::size_t> chunking(std::string_view data, std::size_t max_chunk,
+                                         std::uint64_t salt = 0) {
     std::uint64_t h = 1469598103934665603ull ^ salt;  // FNV-1a of the data as the seed
     for (unsigned char c : data) h = (h ^ c) * 1099511628211ull;
     std::vector<std::size_t> out;

@@ -39,12 +39,14 @@ void decode(std::string_view body, hp::api_kind api) {
         const auto s = sse.feed(body.substr(pos, n), [&](const sse_event& ev) {
             boost::system::error_code ec;
             const auto v = json::parse(ev.data, ec);
-            if (!ec && fuzz::skip_huge_numbers(v)) known_bug = true;  // UB in int_of / the usage sum
+            if (!ec && fuzz::skip_huge_numbers(v))
+                known_bug = true;  // UB in int_of / the usage sum
             if (!known_bug) decoder->on_event(ev, out, obs);
         });
         pos += n;
         if (known_bug) return;
-        if (s != sse_parser::status::ok || decoder->status() == hp::stream_decoder::state::error) break;
+        if (s != sse_parser::status::ok || decoder->status() == hp::stream_decoder::state::error)
+            break;
     }
     sse.finish();
     decoder->on_end(out);
@@ -93,10 +95,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (end == std::string_view::npos) end = text.size();
         const auto line = text.substr(start, end - start);
         if (auto colon = line.find(':'); colon != std::string_view::npos)
-            headers.emplace_back(std::string(line.substr(0, colon)), std::string(line.substr(colon + 1)));
+            headers.emplace_back(std::string(line.substr(0, colon)),
+                                 std::string(line.substr(colon + 1)));
         start = end + 1;
     }
-    for (std::int64_t now : {std::int64_t{0}, std::int64_t{1'700'000'000'000}, INT64_MAX, INT64_MIN}) {
+    for (std::int64_t now :
+         {std::int64_t{0}, std::int64_t{1'700'000'000'000}, INT64_MAX, INT64_MIN}) {
         if (auto hint = hp::retry_hint_from_headers(headers, now)) FUZZ_CHECK(*hint > 0);
     }
     (void)hp::should_retry_header(headers);

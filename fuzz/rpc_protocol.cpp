@@ -37,7 +37,8 @@ items read_lines(std::string_view data, std::size_t limit, const std::vector<std
 bool same(const items& a, const items& b) {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i].type != b[i].type || a[i].text != b[i].text || a[i].size != b[i].size) return false;
+        if (a[i].type != b[i].type || a[i].text != b[i].text || a[i].size != b[i].size)
+            return false;
     return true;
 }
 

@@ -71,12 +71,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (before) {
         for (const auto& kv : *before) {
             if (kv.key() != "retry") {
-                FUZZ_CHECK(after->contains(kv.key()) && fuzz::same_json(after->at(kv.key()), kv.value()));
+                FUZZ_CHECK(after->contains(kv.key()) &&
+                           fuzz::same_json(after->at(kv.key()), kv.value()));
             } else if (kv.value().is_object()) {
                 for (const auto& r : kv.value().get_object())
                     if (r.key() != "enabled")
-                        FUZZ_CHECK(after->at("retry").as_object().contains(r.key()) &&
-                                   fuzz::same_json(after->at("retry").as_object().at(r.key()), r.value()));
+                        FUZZ_CHECK(
+                            after->at("retry").as_object().contains(r.key()) &&
+                            fuzz::same_json(after->at("retry").as_object().at(r.key()), r.value()));
             }
         }
     }

@@ -43,7 +43,8 @@ bool same(const run& a, const run& b) {
     if (a.status != b.status || a.events.size() != b.events.size()) return false;
     for (std::size_t i = 0; i < a.events.size(); ++i) {
         const auto &x = a.events[i], &y = b.events[i];
-        if (x.type != y.type || x.data != y.data || x.id != y.id || x.retry_ms != y.retry_ms) return false;
+        if (x.type != y.type || x.data != y.data || x.id != y.id || x.retry_ms != y.retry_ms)
+            return false;
     }
     return true;
 }
@@ -54,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view text = fuzz::as_text(data, size);
     for (std::size_t limit : {std::size_t{48}, sse_parser::default_max_event_bytes}) {
         const run whole = parse(text, {size}, limit);
-        if (limit == sse_parser::default_max_event_bytes) FUZZ_CHECK(whole.status == sse_parser::status::ok);
+        if (limit == sse_parser::default_max_event_bytes)
+            FUZZ_CHECK(whole.status == sse_parser::status::ok);
         // the limit is checked on the line being read too, so an over-long line is caught
         // as early as the bytes arrive, but the outcome and the events before it are the same
         FUZZ_CHECK(same(whole, parse(text, std::vector<std::size_t>(size, 1), limit)));

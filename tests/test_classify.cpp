@@ -188,11 +188,11 @@ TEST_CASE("pattern table holds every Appendix A entry, in order", "[classify][ta
     };
     const std::vector<std::string_view> non_overflow{
         "^(Throttling error|Service unavailable):", "rate limit", "too many requests"};
-    const std::vector<std::string_view> usage_limit{"usage.?limit",       "usage_limit_reached",
-                                                    "usage_not_included", "limit_reached",
-                                                    "quota.?exceeded",    "resource.?exhausted",
-                                                    // beyond Appendix A (table 2026.11.2)
-                                                    "insufficient_quota", "exceeded your current quota"};
+    const std::vector<std::string_view> usage_limit{
+        "usage.?limit", "usage_limit_reached", "usage_not_included", "limit_reached",
+        "quota.?exceeded", "resource.?exhausted",
+        // beyond Appendix A (table 2026.11.2)
+        "insufficient_quota", "exceeded your current quota"};
     const std::vector<std::string_view> retryable{
         // the specification's list
         "overloaded", "rate.?limit", "usage.?limit", "too many requests", "429", "500", "502",

@@ -30,7 +30,9 @@ classification retryable() {
     c.rule = "status/503";
     return c;
 }
-classification none() { return {}; }
+classification none() {
+    return {};
+}
 
 }  // namespace
 
@@ -48,7 +50,8 @@ TEST_CASE("backoff_delay = base * 2^(attempt-1), saturating", "[retry][spec-4]")
     CHECK(backoff_delay(s, 1'000'000) == std::numeric_limits<std::int64_t>::max());
     s.base_delay_ms = std::numeric_limits<std::int64_t>::max();
     CHECK(backoff_delay(s, 2) == std::numeric_limits<std::int64_t>::max());
-    CHECK(delay_to_duration(std::numeric_limits<std::int64_t>::max()) > std::chrono::hours(24 * 365 * 99));
+    CHECK(delay_to_duration(std::numeric_limits<std::int64_t>::max()) >
+          std::chrono::hours(24 * 365 * 99));
     CHECK(delay_to_duration(-5) == std::chrono::nanoseconds::zero());
 }
 
@@ -69,11 +72,13 @@ TEST_CASE("retry machine: table of agent_end decisions", "[retry][spec-3][spec-4
     };
     const row rows[] = {
         {"first retryable", 0, error_msg("503"), retryable(), true, true, 1, 2000, false, false, 0},
-        {"second retryable", 1, error_msg("503"), retryable(), true, true, 2, 4000, false, false, 0},
+        {"second retryable", 1, error_msg("503"), retryable(), true, true, 2, 4000, false, false,
+         0},
         {"third retryable", 2, error_msg("503"), retryable(), true, true, 3, 8000, false, false, 0},
         {"fourth: exhausted", 3, error_msg("503"), retryable(), true, false, 0, 0, true, false, 3},
         {"disabled", 0, error_msg("503"), retryable(), false, false, 0, 0, false, false, 0},
-        {"disabled mid-chain", 1, error_msg("503"), retryable(), false, false, 0, 0, true, false, 1},
+        {"disabled mid-chain", 1, error_msg("503"), retryable(), false, false, 0, 0, true, false,
+         1},
         {"non-retryable", 0, error_msg("401"), none(), true, false, 0, 0, false, false, 0},
         {"non-retryable mid-chain", 2, error_msg("400"), none(), true, false, 0, 0, true, false, 2},
         {"success outside a chain", 0, ok_msg(), none(), true, false, 0, 0, false, false, 0},
@@ -110,7 +115,9 @@ TEST_CASE("retry machine: table of agent_end decisions", "[retry][spec-3][spec-4
     }
 }
 
-TEST_CASE("retry machine: success after a retry ends with success at message_end; chain until agent_end", "[retry][spec-3]") {
+TEST_CASE(
+    "retry machine: success after a retry ends with success at message_end; chain until agent_end",
+    "[retry][spec-3]") {
     retry_machine m;
     auto e = error_msg("503");
     REQUIRE(m.on_agent_end(&e, retryable(), {}).will_retry);
@@ -159,7 +166,9 @@ TEST_CASE("retry machine: cancel during the wait, sticky across a fired timer", 
     }
 }
 
-TEST_CASE("retry machine: abort_retry while a retried attempt streams cancels the chain at agent_end", "[retry][spec-5]") {
+TEST_CASE(
+    "retry machine: abort_retry while a retried attempt streams cancels the chain at agent_end",
+    "[retry][spec-5]") {
     retry_machine m;
     auto e = error_msg("503");
     REQUIRE(m.on_agent_end(&e, retryable(), {}).will_retry);
@@ -194,7 +203,8 @@ TEST_CASE("retry machine: abort() stops a new retry from starting", "[retry][spe
     CHECK(m.on_agent_end(&e, retryable(), {}).will_retry);
 }
 
-TEST_CASE("retry machine: usage-limit decisions carry the hint; a switch forces delay 0", "[retry][spec-3]") {
+TEST_CASE("retry machine: usage-limit decisions carry the hint; a switch forces delay 0",
+          "[retry][spec-3]") {
     retry_machine m;
     auto e = error_msg("usage limit reached");
     classification c;
@@ -238,7 +248,8 @@ classification usage_limit() {
 
 }  // namespace
 
-TEST_CASE("compute_retry_wait: table of backoff, hint, maxDelayMs and jitter", "[retry][beyond-spec]") {
+TEST_CASE("compute_retry_wait: table of backoff, hint, maxDelayMs and jitter",
+          "[retry][beyond-spec]") {
     struct row {
         const char* name;
         bool honor;
@@ -251,21 +262,26 @@ TEST_CASE("compute_retry_wait: table of backoff, hint, maxDelayMs and jitter", "
         bool want_over;
     };
     const row rows[] = {
-        {"defaults: the spec's backoff, hint ignored", false, 0, retry_jitter::none, 1, 60000, 0.5, 100, false},
+        {"defaults: the spec's backoff, hint ignored", false, 0, retry_jitter::none, 1, 60000, 0.5,
+         100, false},
         {"defaults, attempt 3", false, 0, retry_jitter::none, 3, std::nullopt, 0.5, 400, false},
         {"honor: hint is a floor", true, 0, retry_jitter::none, 1, 1000, 0.5, 1000, false},
         {"honor: backoff above the hint", true, 0, retry_jitter::none, 4, 300, 0.5, 800, false},
         {"honor without a hint", true, 0, retry_jitter::none, 2, std::nullopt, 0.5, 200, false},
-        {"maxDelay caps the backoff", false, 250, retry_jitter::none, 3, std::nullopt, 0.5, 250, false},
-        {"maxDelay: an honoured hint above it ends", true, 500, retry_jitter::none, 1, 1000, 0.5, 1000, true},
+        {"maxDelay caps the backoff", false, 250, retry_jitter::none, 3, std::nullopt, 0.5, 250,
+         false},
+        {"maxDelay: an honoured hint above it ends", true, 500, retry_jitter::none, 1, 1000, 0.5,
+         1000, true},
         {"maxDelay: a hint within it", true, 1500, retry_jitter::none, 1, 1000, 0.5, 1000, false},
-        {"maxDelay: an ignored hint does not end", false, 500, retry_jitter::none, 1, 1000, 0.5, 100, false},
+        {"maxDelay: an ignored hint does not end", false, 500, retry_jitter::none, 1, 1000, 0.5,
+         100, false},
         {"full jitter, u=0", false, 0, retry_jitter::full, 3, std::nullopt, 0.0, 0, false},
         {"full jitter, u=0.5", false, 0, retry_jitter::full, 3, std::nullopt, 0.5, 200, false},
         {"full jitter, u→1", false, 0, retry_jitter::full, 3, std::nullopt, 0.999999, 400, false},
         {"equal jitter, u=0", false, 0, retry_jitter::equal, 3, std::nullopt, 0.0, 200, false},
         {"equal jitter, u=0.5", false, 0, retry_jitter::equal, 3, std::nullopt, 0.5, 300, false},
-        {"jitter stays above an honoured hint", true, 0, retry_jitter::full, 3, 350, 0.0, 350, false},
+        {"jitter stays above an honoured hint", true, 0, retry_jitter::full, 3, 350, 0.0, 350,
+         false},
     };
     for (const auto& r : rows) {
         INFO(r.name);
@@ -284,7 +300,8 @@ TEST_CASE("compute_retry_wait: table of backoff, hint, maxDelayMs and jitter", "
     CHECK(compute_retry_wait(huge, 5, std::nullopt, 0.999).delay_ms > 0);  // saturates, no overflow
 }
 
-TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end decisions", "[retry][beyond-spec]") {
+TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end decisions",
+          "[retry][beyond-spec]") {
     retry_settings s;
     s.base_delay_ms = 100;
     auto e = error_msg("429 Rate limit reached for requests retry-after-ms=1000");
@@ -310,7 +327,8 @@ TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end de
         CHECK_FALSE(d.end->success);
         CHECK(d.end->attempt == 0);
         CHECK(d.end->final_error ==
-              "429 Rate limit reached for requests retry-after-ms=1000 (server asked to wait 1s, above retry.maxDelayMs)");
+              "429 Rate limit reached for requests retry-after-ms=1000 (server asked to wait 1s, "
+              "above retry.maxDelayMs)");
         CHECK(m.attempt() == 0);
         CHECK_FALSE(m.is_retrying());
     }
@@ -324,7 +342,8 @@ TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end de
         auto d = m.on_agent_end(&e, with_hint(retryable(), 2500), s);
         REQUIRE(d.end);
         CHECK(d.end->attempt == 1);
-        CHECK_THAT(*d.end->final_error, Catch::EndsWith("(server asked to wait 3s, above retry.maxDelayMs)"));
+        CHECK_THAT(*d.end->final_error,
+                   Catch::EndsWith("(server asked to wait 3s, above retry.maxDelayMs)"));
     }
     s = retry_settings{};
     s.jitter = retry_jitter::full;
@@ -346,7 +365,8 @@ TEST_CASE("retry machine: honorRetryAfter, maxDelayMs and jitter in agent_end de
     }
 }
 
-TEST_CASE("retry machine: a usage limit above maxDelayMs ends unless the auth storage switches", "[retry][beyond-spec][spec-3]") {
+TEST_CASE("retry machine: a usage limit above maxDelayMs ends unless the auth storage switches",
+          "[retry][beyond-spec][spec-3]") {
     retry_settings s;
     s.base_delay_ms = 100;
     s.honor_retry_after = true;
@@ -385,11 +405,13 @@ TEST_CASE("retry machine: a usage limit above maxDelayMs ends unless the auth st
     }
 }
 
-TEST_CASE("retry machine: x-should-retry false stops the chain only with honorShouldRetry", "[retry][beyond-spec]") {
+TEST_CASE("retry machine: x-should-retry false stops the chain only with honorShouldRetry",
+          "[retry][beyond-spec]") {
     auto e = error_msg("503 Service Unavailable");
     {
         retry_machine m;
-        CHECK(m.on_agent_end(&e, retryable(), retry_settings{}, false).will_retry);  // recorded, not honoured
+        CHECK(m.on_agent_end(&e, retryable(), retry_settings{}, false)
+                  .will_retry);  // recorded, not honoured
     }
     retry_settings s;
     s.honor_should_retry = true;
@@ -416,7 +438,8 @@ TEST_CASE("retry machine: x-should-retry false stops the chain only with honorSh
     }
 }
 
-TEST_CASE("retry machine: x-should-retry false stops the chain only with retry.honorShouldRetry", "[retry]") {
+TEST_CASE("retry machine: x-should-retry false stops the chain only with retry.honorShouldRetry",
+          "[retry]") {
     auto e = error_msg("503 overloaded");
     e.should_retry = false;
     retry_settings s;

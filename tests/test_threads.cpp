@@ -28,9 +28,9 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <set>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,8 +55,13 @@ std::string random_script(std::mt19937_64& rng, int steps) {
                 s["error"] = "503 Service Unavailable: upstream overloaded";
                 s["status"] = 503;
                 break;
-            case 2: s["error"] = "400 invalid request: bad field"; s["status"] = 400; break;
-            case 3: s["error"] = "You have reached your usage limit for this period"; break;
+            case 2:
+                s["error"] = "400 invalid request: bad field";
+                s["status"] = 400;
+                break;
+            case 3:
+                s["error"] = "You have reached your usage limit for this period";
+                break;
             case 4: {
                 json::object call;
                 call["name"] = "echo";
@@ -64,8 +69,13 @@ std::string random_script(std::mt19937_64& rng, int steps) {
                 s["toolCall"] = std::move(call);
                 break;
             }
-            case 5: s["text"] = "slow reply in several words"; s["stallMs"] = 2; break;
-            default: s["text"] = "reply number " + std::to_string(i); break;
+            case 5:
+                s["text"] = "slow reply in several words";
+                s["stallMs"] = 2;
+                break;
+            default:
+                s["text"] = "reply number " + std::to_string(i);
+                break;
         }
         if (rng() % 3 == 0) s["delayMs"] = static_cast<std::int64_t>(rng() % 4);
         if (rng() % 5 == 0) s["times"] = static_cast<std::int64_t>(1 + rng() % 3);
@@ -90,21 +100,24 @@ struct probe {
         so.config.compaction.enabled = false;
         so.clock = clock_kind::steady;
         session = std::make_unique<agent_session>(std::move(so));
-        session->register_tool(tool_definition{"echo", "echoes", {}}, [](json::object args) -> asio::awaitable<tool_output> {
-            co_return tool_output{json::serialize(args), false};
-        });
+        session->register_tool(tool_definition{"echo", "echoes", {}},
+                               [](json::object args) -> asio::awaitable<tool_output> {
+                                   co_return tool_output{json::serialize(args), false};
+                               });
         sub = session->subscribe([this](const event& e) { on_event(e); });
     }
 
     // ---- everything below runs on the strand ----
     void on_event(const event& e) {
-        if (!strand.running_in_this_thread()) fail(std::string(event_type(e)) + " emitted off the session's strand");
+        if (!strand.running_in_this_thread())
+            fail(std::string(event_type(e)) + " emitted off the session's strand");
         if (std::holds_alternative<agent_start_event>(e) && !in_period) {
             in_period = true;
             period_has_primary = false;
             ++periods;
         }
-        if (const auto* m = std::get_if<message_end_event>(&e); m && m->message->role == message_role::user) {
+        if (const auto* m = std::get_if<message_end_event>(&e);
+            m && m->message->role == message_role::user) {
             const std::string text = text_of(*m->message);
             if (!ran.insert(text).second) fail("message " + text + " ran twice");
             if (in_period && !period_has_primary) {
@@ -113,24 +126,30 @@ struct probe {
             }
         }
         if (const auto* s = std::get_if<auto_retry_start_event>(&e)) {
-            if (!chain_open && s->attempt != 1) fail("a chain started at attempt " + std::to_string(s->attempt));
+            if (!chain_open && s->attempt != 1)
+                fail("a chain started at attempt " + std::to_string(s->attempt));
             if (chain_open && s->attempt != last_attempt + 1)
-                fail("attempt " + std::to_string(s->attempt) + " after " + std::to_string(last_attempt));
+                fail("attempt " + std::to_string(s->attempt) + " after " +
+                     std::to_string(last_attempt));
             chain_open = true;
             last_attempt = s->attempt;
             if (!session->is_retrying()) fail("auto_retry_start while is_retrying() is false");
         } else if (const auto* x = std::get_if<auto_retry_end_event>(&e)) {
             if (chain_open && x->attempt != last_attempt)
-                fail("auto_retry_end attempt " + std::to_string(x->attempt) + " after start " + std::to_string(last_attempt));
-            if (!chain_open && (x->attempt != 0 || x->success)) fail("auto_retry_end without a chain");
+                fail("auto_retry_end attempt " + std::to_string(x->attempt) + " after start " +
+                     std::to_string(last_attempt));
+            if (!chain_open && (x->attempt != 0 || x->success))
+                fail("auto_retry_end without a chain");
             chain_open = false;
             last_attempt = 0;
         } else if (std::holds_alternative<agent_settled_event>(e)) {
             ++settled;
-            if (!in_period || !period_has_primary) fail("agent_settled without a busy period started by a prompt");
+            if (!in_period || !period_has_primary)
+                fail("agent_settled without a busy period started by a prompt");
             in_period = false;
             if (chain_open) fail("agent_settled with a retry chain still open");
-            if (session->is_retrying() || session->retry_attempt() != 0) fail("agent_settled while is_retrying()");
+            if (session->is_retrying() || session->retry_attempt() != 0)
+                fail("agent_settled while is_retrying()");
             if (session->is_busy()) fail("agent_settled while busy");
         }
     }
@@ -148,8 +167,9 @@ struct probe {
     int periods = 0;  // busy periods (first agent_start after a settle)
     bool in_period = false;
     bool period_has_primary = false;
-    std::set<std::string> ran;                           // user messages that ran
-    std::map<std::string, int> primary_settled_before;   // prompt that started a period → settles before it
+    std::set<std::string> ran;  // user messages that ran
+    std::map<std::string, int>
+        primary_settled_before;  // prompt that started a period → settles before it
     bool chain_open = false;
     int last_attempt = 0;
 
@@ -170,26 +190,32 @@ asio::awaitable<void> run_prompt(probe* p, std::string text, streaming_behavior 
         ++p->refused;
         if (b != streaming_behavior::none) p->fail("refused although it could queue: " + r.error);
         if (ran) p->fail("a refused prompt's message ran: " + text);
-    } else if (auto it = p->primary_settled_before.find(text); it != p->primary_settled_before.end()) {
+    } else if (auto it = p->primary_settled_before.find(text);
+               it != p->primary_settled_before.end()) {
         // it started a busy period: that period settled (exactly once) before it completed
-        if (p->settled < it->second + 1) p->fail("a prompt completed before its busy period settled");
+        if (p->settled < it->second + 1)
+            p->fail("a prompt completed before its busy period settled");
     } else {
-        if (b == streaming_behavior::none) p->fail("a prompt was neither refused nor started a busy period");
-        if (p->settled < settled_at_call + 1) p->fail("a queued prompt completed before any agent_settled");
+        if (b == streaming_behavior::none)
+            p->fail("a prompt was neither refused nor started a busy period");
+        if (p->settled < settled_at_call + 1)
+            p->fail("a queued prompt completed before any agent_settled");
     }
     ++p->completed;
 }
 
 }  // namespace
 
-TEST_CASE("threads: sessions on a thread pool behind strands, poked from other threads", "[threads]") {
+TEST_CASE("threads: sessions on a thread pool behind strands, poked from other threads",
+          "[threads]") {
     constexpr int sessions = 8;
     constexpr int drivers = 3;
     constexpr int actions_per_driver = 1000;
 
     asio::thread_pool pool(4);
     std::vector<std::unique_ptr<probe>> probes;
-    for (int i = 0; i < sessions; ++i) probes.push_back(std::make_unique<probe>(pool, 1000 + static_cast<std::uint64_t>(i)));
+    for (int i = 0; i < sessions; ++i)
+        probes.push_back(std::make_unique<probe>(pool, 1000 + static_cast<std::uint64_t>(i)));
 
     std::atomic<int> failures{0};
     auto on_done = [&failures](std::exception_ptr e) {
@@ -208,19 +234,32 @@ TEST_CASE("threads: sessions on a thread pool behind strands, poked from other t
                     case 2:
                     case 3: {
                         static constexpr streaming_behavior behaviors[] = {
-                            streaming_behavior::none, streaming_behavior::steer, streaming_behavior::follow_up};
+                            streaming_behavior::none, streaming_behavior::steer,
+                            streaming_behavior::follow_up};
                         const auto b = behaviors[rng() % 3];
                         const int n = p->started++;
-                        asio::co_spawn(p->strand, run_prompt(p, "prompt " + std::to_string(d) + "." + std::to_string(n), b),
-                                       on_done);
+                        asio::co_spawn(
+                            p->strand,
+                            run_prompt(p, "prompt " + std::to_string(d) + "." + std::to_string(n),
+                                       b),
+                            on_done);
                         break;
                     }
                     case 4:
-                    case 5: asio::post(p->strand, [p] { p->session->abort(); }); break;
+                    case 5:
+                        asio::post(p->strand, [p] { p->session->abort(); });
+                        break;
                     case 6:
-                    case 7: asio::post(p->strand, [p] { p->session->abort_retry(); }); break;
-                    case 8: asio::post(p->strand, [p, on = rng() % 4 != 0] { p->session->set_auto_retry_enabled(on); }); break;
-                    default: break;  // just wait
+                    case 7:
+                        asio::post(p->strand, [p] { p->session->abort_retry(); });
+                        break;
+                    case 8:
+                        asio::post(p->strand, [p, on = rng() % 4 != 0] {
+                            p->session->set_auto_retry_enabled(on);
+                        });
+                        break;
+                    default:
+                        break;  // just wait
                 }
                 std::this_thread::sleep_for(std::chrono::microseconds(rng() % 700));
             }
@@ -235,7 +274,8 @@ TEST_CASE("threads: sessions on a thread pool behind strands, poked from other t
             if (p->completed.load() != p->started.load()) return false;
         return true;
     };
-    while (!all_done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    while (!all_done() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(5ms);
     REQUIRE(all_done());
 
     // read the strand-only counters on their strands
@@ -247,7 +287,8 @@ TEST_CASE("threads: sessions on a thread pool behind strands, poked from other t
         };
         std::promise<snapshot> read;
         asio::post(p->strand, [&] {
-            read.set_value({p->settled, p->periods, static_cast<int>(p->primary_settled_before.size()), p->chain_open,
+            read.set_value({p->settled, p->periods,
+                            static_cast<int>(p->primary_settled_before.size()), p->chain_open,
                             p->session->is_busy(), p->session->is_retrying()});
         });
         const snapshot s = read.get_future().get();
@@ -265,6 +306,7 @@ TEST_CASE("threads: sessions on a thread pool behind strands, poked from other t
     CHECK(failures.load() == 0);
     pool.join();
     probes.clear();
-    WARN("threads: " << total_started << " prompts (" << total_refused << " refused), " << total_settled
-                     << " agent_settled over " << sessions << " sessions on 4 threads");
+    WARN("threads: " << total_started << " prompts (" << total_refused << " refused), "
+                     << total_settled << " agent_settled over " << sessions
+                     << " sessions on 4 threads");
 }

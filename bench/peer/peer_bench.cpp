@@ -89,11 +89,14 @@ double percentile(std::vector<double> v, double p) {
     const auto hi = std::min(lo + 1, v.size() - 1);
     return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
 }
-double median(const std::vector<double>& v) { return percentile(v, 50); }
+double median(const std::vector<double>& v) {
+    return percentile(v, 50);
+}
 
 // ---- the fake server --------------------------------------------------------------------
 
-const std::string reply_text = "Hello! This is a short reply from the fake model, streamed word by word.";
+const std::string reply_text =
+    "Hello! This is a short reply from the fake model, streamed word by word.";
 const std::string err503 =
     R"({"status":503,"headers":{"x-should-retry":"false"},"body":{"error":{"message":"Service Unavailable: upstream overloaded"}}})";
 
@@ -121,9 +124,10 @@ struct fakellm_proc {
         posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
         posix_spawn_file_actions_addclose(&fa, fds[0]);
         posix_spawn_file_actions_addclose(&fa, fds[1]);
-        std::string a0 = exe.string(), a1 = "--port", a2 = "0", a3 = "--script", a4 = script_file.string(),
-                    a5 = "--log", a6 = log.string();
-        char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), a5.data(), a6.data(), nullptr};
+        std::string a0 = exe.string(), a1 = "--port", a2 = "0", a3 = "--script",
+                    a4 = script_file.string(), a5 = "--log", a6 = log.string();
+        char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
+                        a4.data(), a5.data(), a6.data(), nullptr};
         if (posix_spawn(&pid, a0.c_str(), &fa, nullptr, argv, environ) != 0)
             throw std::runtime_error("cannot start " + a0);
         posix_spawn_file_actions_destroy(&fa);
@@ -161,7 +165,8 @@ struct fakellm_proc {
         rusage ru{};
         ::wait4(pid, &st, 0, &ru);
         pid = -1;
-        return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+        return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     }
 };
 
@@ -172,7 +177,8 @@ long proc_status_kb(int pid, const char* key) {
     std::string line;
     const std::size_t n = std::strlen(key);
     while (std::getline(f, line))
-        if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return std::atol(line.c_str() + n + 1);
+        if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
+            return std::atol(line.c_str() + n + 1);
     return -1;
 }
 
@@ -220,13 +226,13 @@ struct scenario {
     std::string label;
     std::string profile = "fast";  // fast: baseDelayMs 1; abort: baseDelayMs 10000
     int processes = 1;
-    bool warmup = true;            // one unmeasured plain turn first
+    bool warmup = true;  // one unmeasured plain turn first
     int reps = 0;
     std::vector<step> per_rep;
-    double backoff_ms = 0;         // configured backoff per rep, subtracted
+    double backoff_ms = 0;  // configured backoff per rep, subtracted
     bool abort = false;
-    int new_session_every = 0;     // 0: one conversation; N: new_session before every N-th turn
-    bool session_files = false;    // --session-dir instead of --no-session (coagent, reference)
+    int new_session_every = 0;   // 0: one conversation; N: new_session before every N-th turn
+    bool session_files = false;  // --session-dir instead of --no-session (coagent, reference)
 };
 
 struct proc_result {
@@ -244,11 +250,13 @@ struct turn_state {
     std::vector<std::string>* retry_events = nullptr;
 };
 
-asio::awaitable<void> wait_flag(asio::steady_timer& t, const bool& flag, std::chrono::milliseconds limit,
-                                const std::string& what, coagent::rpc_client& c) {
+asio::awaitable<void> wait_flag(asio::steady_timer& t, const bool& flag,
+                                std::chrono::milliseconds limit, const std::string& what,
+                                coagent::rpc_client& c) {
     const auto deadline = clk::now() + limit;
     while (!flag) {
-        if (!c.running()) throw std::runtime_error(what + ": the agent exited; stderr: " + c.get_stderr());
+        if (!c.running())
+            throw std::runtime_error(what + ": the agent exited; stderr: " + c.get_stderr());
         t.expires_at(std::min(deadline, clk::now() + 500ms));
         co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         if (!flag && clk::now() >= deadline)
@@ -289,11 +297,14 @@ struct bench {
                 const int base = profile == "fast" ? 1 : 10000;
                 // compaction off (and a context window no run fills): every request is the
                 // plan's, never a summary request at a point that differs between the agents
-                std::string settings = R"({"compaction":{"enabled":false},"retry":{"enabled":true,"maxRetries":3,"baseDelayMs":)" +
-                                       std::to_string(base);
+                std::string settings =
+                    R"({"compaction":{"enabled":false},"retry":{"enabled":true,"maxRetries":3,"baseDelayMs":)" +
+                    std::to_string(base);
                 // the reference: no hidden SDK retries below its own policy
-                if (!a.settles_with_event) settings += R"(,"provider":{"maxRetries":0}},"quietStartup":true})";
-                else settings += "}}";
+                if (!a.settles_with_event)
+                    settings += R"(,"provider":{"maxRetries":0}},"quietStartup":true})";
+                else
+                    settings += "}}";
                 std::ofstream(d / "settings.json") << settings << "\n";
             }
         fs::create_directories(opt.work / "home");
@@ -367,7 +378,8 @@ struct bench {
         const bool by_event = a.settles_with_event;
         auto sub = c.on_event([&ts, &timer, by_event](const json::object& e) {
             const auto& type = e.at("type").as_string();
-            if (type == "auto_retry_start" || type == "auto_retry_end") ts.retry_events->push_back(json::serialize(e));
+            if (type == "auto_retry_start" || type == "auto_retry_end")
+                ts.retry_events->push_back(json::serialize(e));
             bool settled = false;
             if (by_event) {
                 settled = type == "agent_settled";
@@ -396,16 +408,19 @@ struct bench {
         const int total = s.reps + (s.warmup ? 1 : 0);
         for (int i = 0; i < total; ++i) {
             const bool measured = !(s.warmup && i == 0);
-            if (s.new_session_every > 0 && i > 0 && i % s.new_session_every == 0) co_await c.new_session();
+            if (s.new_session_every > 0 && i > 0 && i % s.new_session_every == 0)
+                co_await c.new_session();
             ts.settled = ts.retry_started = false;
             const std::size_t events_before = r.retry_events.size();
             const auto tp = clk::now();
             co_await c.prompt("Say hello");
             if (measured && s.abort) {
-                co_await wait_flag(timer, ts.retry_started, 60s, a.name + " " + s.name + ": auto_retry_start", c);
+                co_await wait_flag(timer, ts.retry_started, 60s,
+                                   a.name + " " + s.name + ": auto_retry_start", c);
                 const auto ta = clk::now();
                 co_await c.abort_retry();
-                co_await wait_flag(timer, ts.settled, 60s, a.name + " " + s.name + ": settle after abort_retry", c);
+                co_await wait_flag(timer, ts.settled, 60s,
+                                   a.name + " " + s.name + ": settle after abort_retry", c);
                 r.abort_ms.push_back(ms_between(ta, ts.t_settled));
             } else {
                 co_await wait_flag(timer, ts.settled, 60s, a.name + " " + s.name + ": settle", c);
@@ -437,9 +452,10 @@ struct bench {
             std::string got, want;
             for (int x : r.statuses) got += std::to_string(x) + " ";
             for (int x : expected) want += std::to_string(x) + " ";
-            throw std::runtime_error(a.name + " " + s.name + ": the fake server saw requests [" + got +
-                                     "], the plan expects [" + want +
-                                     "]; the shared script is out of step, the figures would be wrong");
+            throw std::runtime_error(
+                a.name + " " + s.name + ": the fake server saw requests [" + got +
+                "], the plan expects [" + want +
+                "]; the shared script is out of step, the figures would be wrong");
         }
         co_return r;
     }
@@ -459,7 +475,8 @@ struct bench {
 
     // ---- report ---------------------------------------------------------------------------
 
-    std::vector<double> all(const std::string& sc, const std::string& ag, std::vector<double> proc_result::*m) {
+    std::vector<double> all(const std::string& sc, const std::string& ag,
+                            std::vector<double> proc_result::*m) {
         std::vector<double> v;
         for (const auto& r : results[sc][ag]) v.insert(v.end(), (r.*m).begin(), (r.*m).end());
         return v;
@@ -479,7 +496,8 @@ struct bench {
     }
 
     bool has(const std::string& ag) const {
-        return std::any_of(agents.begin(), agents.end(), [&](const agent& a) { return a.name == ag; });
+        return std::any_of(agents.begin(), agents.end(),
+                           [&](const agent& a) { return a.name == ag; });
     }
 };
 
@@ -502,9 +520,13 @@ std::string fmt(double x, int prec = 2) {
     return b;
 }
 
-double ratio(double ref, double co) { return (std::isnan(ref) || std::isnan(co) || co <= 0) ? nan_v : ref / co; }
+double ratio(double ref, double co) {
+    return (std::isnan(ref) || std::isnan(co) || co <= 0) ? nan_v : ref / co;
+}
 /// Within 10 % of the floor, coagent's own share is noise: no net ratio then.
-bool at_floor(double co, double floor) { return !std::isnan(co) && !std::isnan(floor) && co - floor < 0.1 * floor; }
+bool at_floor(double co, double floor) {
+    return !std::isnan(co) && !std::isnan(floor) && co - floor < 0.1 * floor;
+}
 double net_ratio(double ref, double co, double floor) {
     if (std::isnan(floor) || at_floor(co, floor)) return nan_v;
     const double r = ref - floor, c = co - floor;
@@ -513,7 +535,8 @@ double net_ratio(double ref, double co, double floor) {
 }
 
 int usage() {
-    std::cerr << "usage: peer_bench --coagent BIN --fakellm BIN --standin BIN [--reference SHIM] --work DIR "
+    std::cerr << "usage: peer_bench --coagent BIN --fakellm BIN --standin BIN [--reference SHIM] "
+                 "--work DIR "
                  "--json FILE --plot-data FILE [--quick] [--startups S] [--reps R] [--turns T]\n";
     return 2;
 }
@@ -528,18 +551,30 @@ int main(int argc, char** argv) {
             if (i + 1 >= argc) std::exit(usage());
             return argv[++i];
         };
-        if (a == "--coagent") opt.coagent = next();
-        else if (a == "--fakellm") opt.fakellm = next();
-        else if (a == "--standin") opt.standin = next();
-        else if (a == "--reference") opt.reference = next();
-        else if (a == "--work") opt.work = next();
-        else if (a == "--json") opt.json_out = next();
-        else if (a == "--plot-data") opt.plot_data = next();
-        else if (a == "--quick") opt.quick = true;
-        else if (a == "--startups") opt.startups = std::stoi(next());
-        else if (a == "--reps") opt.reps = std::stoi(next());
-        else if (a == "--turns") opt.turns = std::stoi(next());
-        else return usage();
+        if (a == "--coagent")
+            opt.coagent = next();
+        else if (a == "--fakellm")
+            opt.fakellm = next();
+        else if (a == "--standin")
+            opt.standin = next();
+        else if (a == "--reference")
+            opt.reference = next();
+        else if (a == "--work")
+            opt.work = next();
+        else if (a == "--json")
+            opt.json_out = next();
+        else if (a == "--plot-data")
+            opt.plot_data = next();
+        else if (a == "--quick")
+            opt.quick = true;
+        else if (a == "--startups")
+            opt.startups = std::stoi(next());
+        else if (a == "--reps")
+            opt.reps = std::stoi(next());
+        else if (a == "--turns")
+            opt.turns = std::stoi(next());
+        else
+            return usage();
     }
     if (opt.coagent.empty() || opt.fakellm.empty() || opt.standin.empty() || opt.work.empty() ||
         opt.json_out.empty() || opt.plot_data.empty())
@@ -550,7 +585,8 @@ int main(int argc, char** argv) {
         opt.turns = std::min(opt.turns, 200);
     }
     opt.work = fs::absolute(opt.work);
-    for (auto* p : {&opt.coagent, &opt.fakellm, &opt.standin, &opt.reference, &opt.json_out, &opt.plot_data})
+    for (auto* p :
+         {&opt.coagent, &opt.fakellm, &opt.standin, &opt.reference, &opt.json_out, &opt.plot_data})
         if (!p->empty()) *p = fs::absolute(*p);
     fs::remove_all(opt.work);
     fs::create_directories(opt.work / "cwd");
@@ -562,29 +598,40 @@ int main(int argc, char** argv) {
     bench b{io, opt, {}, {}, {}, {}, {}};
     const std::string home = (opt.work / "home").string();
     b.agents.push_back({"floor", opt.standin, {}, "COAGENT_DIR", {{"HOME", home}}, true, true});
-    b.agents.push_back({"coagent", opt.coagent, {"--provider", "fake", "--model", "fake-model", "--no-session"},
-                        "COAGENT_DIR", {{"HOME", home}}, true, true});
+    b.agents.push_back({"coagent",
+                        opt.coagent,
+                        {"--provider", "fake", "--model", "fake-model", "--no-session"},
+                        "COAGENT_DIR",
+                        {{"HOME", home}},
+                        true,
+                        true});
     if (!opt.reference.empty())
-        b.agents.push_back({"reference",
-                            opt.reference,
-                            {"--provider", "fake", "--model", "fake-model", "--no-session", "--no-tools",
-                             "--no-extensions", "--no-skills", "--no-prompt-templates", "--no-context-files"},
-                            "PI_CODING_AGENT_DIR",
-                            {{"HOME", home}, {"PI_OFFLINE", "1"}, {"PI_TELEMETRY", "0"}},
-                            false,
-                            false});
+        b.agents.push_back(
+            {"reference",
+             opt.reference,
+             {"--provider", "fake", "--model", "fake-model", "--no-session", "--no-tools",
+              "--no-extensions", "--no-skills", "--no-prompt-templates", "--no-context-files"},
+             "PI_CODING_AGENT_DIR",
+             {{"HOME", home}, {"PI_OFFLINE", "1"}, {"PI_TELEMETRY", "0"}},
+             false,
+             false});
 
-    const std::vector<step> ok{{200}}, retry2{{503}, {503}, {200}}, four503{{503}, {503}, {503}, {503}}, one503{{503}};
+    const std::vector<step> ok{{200}}, retry2{{503}, {503}, {200}},
+        four503{{503}, {503}, {503}, {503}}, one503{{503}};
     b.scenarios = {
         {"cold", "cold start + first turn", "fast", opt.startups, false, 1, ok, 0, false},
-        {"retry2", "2 x 503 then success (baseDelayMs 1)", "fast", 1, true, opt.reps, retry2, 1 + 2, false},
-        {"exhausted", "4 x 503, retries exhausted", "fast", 1, true, opt.reps, four503, 1 + 2 + 4, false},
+        {"retry2", "2 x 503 then success (baseDelayMs 1)", "fast", 1, true, opt.reps, retry2, 1 + 2,
+         false},
+        {"exhausted", "4 x 503, retries exhausted", "fast", 1, true, opt.reps, four503, 1 + 2 + 4,
+         false},
         {"abort", "abort_retry during a backoff", "abort", 1, true, opt.reps, one503, 0, true},
         {"burst100", "100 prompts in a row", "fast", 1, false, 100, ok, 0, false},
-        {"cpu", "plain turns in one conversation (CPU, RSS, plot)", "fast", 1, false, opt.turns, ok, 0, false},
+        {"cpu", "plain turns in one conversation (CPU, RSS, plot)", "fast", 1, false, opt.turns, ok,
+         0, false},
         // with session files: the reference's new_session starts writing one into its cwd even
         // under --no-session, so both agents write them here (the same work)
-        {"cpu_short", "plain turns, new_session every 10 (CPU, plot)", "fast", 1, false, opt.turns, ok, 0, false, 10, true},
+        {"cpu_short", "plain turns, new_session every 10 (CPU, plot)", "fast", 1, false, opt.turns,
+         ok, 0, false, 10, true},
     };
 
     std::signal(SIGPIPE, SIG_IGN);
@@ -624,60 +671,69 @@ int main(int argc, char** argv) {
         figs.push_back(std::move(f));
     };
     add("startup_ms", "start -> first response (get_state), median", "ms", 100,
-        [&](const std::string& n) { return median(b.startup_samples(n, &proc_result::first_response_ms)); });
+        [&](const std::string& n) {
+            return median(b.startup_samples(n, &proc_result::first_response_ms));
+        });
     add("ready_ms", "start -> ready line, median", "ms", 0,
         [&](const std::string& n) { return median(b.startup_samples(n, &proc_result::ready_ms)); });
     add("cold_turn_ms", "first turn of a fresh process, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("cold", n, &proc_result::wall_ms)); });
     add("turn_ms", "warm plain turn (burst100), median", "ms", 0,
         [&](const std::string& n) { return median(b.all("burst100", n, &proc_result::wall_ms)); });
-    add("turn_p99_ms", "warm plain turn (burst100), p99", "ms", 0,
-        [&](const std::string& n) { return percentile(b.all("burst100", n, &proc_result::wall_ms), 99); });
+    add("turn_p99_ms", "warm plain turn (burst100), p99", "ms", 0, [&](const std::string& n) {
+        return percentile(b.all("burst100", n, &proc_result::wall_ms), 99);
+    });
     add("burst100_total_ms", "100 prompts in a row, total", "ms", 0, [&](const std::string& n) {
         auto v = b.all("burst100", n, &proc_result::wall_ms);
         return std::accumulate(v.begin(), v.end(), 0.0);
     });
     add("retry2_net_ms", "2x503+success, settled - 3 ms backoff, median", "ms", 20,
         [&](const std::string& n) { return median(b.all("retry2", n, &proc_result::net_ms)); });
-    add("retry2_first_net_ms", "  the first of them in the process (lazy set-up)", "ms", 0, [&](const std::string& n) {
-        const auto& runs = b.results["retry2"][n];
-        return runs.empty() || runs[0].net_ms.empty() ? nan_v : runs[0].net_ms[0];
-    });
+    add("retry2_first_net_ms", "  the first of them in the process (lazy set-up)", "ms", 0,
+        [&](const std::string& n) {
+            const auto& runs = b.results["retry2"][n];
+            return runs.empty() || runs[0].net_ms.empty() ? nan_v : runs[0].net_ms[0];
+        });
     add("exhausted_net_ms", "4x503 exhausted, settled - 7 ms backoff, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("exhausted", n, &proc_result::net_ms)); });
     add("abort_ms", "abort_retry sent -> settled, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("abort", n, &proc_result::abort_ms)); });
-    auto cpu_per_turn = [&](const std::string& sc, const std::string& n, double proc_result::*m = &proc_result::cpu_s) {
+    auto cpu_per_turn = [&](const std::string& sc, const std::string& n,
+                            double proc_result::*m = &proc_result::cpu_s) {
         const auto& runs = b.results[sc][n];
         const double cold = median(b.each("cold", n, m));
         if (runs.empty()) return nan_v;
         return (runs[0].*m - cold) * 1000 / double(opt.turns - 1);
     };
-    add("cpu_per_turn_ms", "CPU per turn, one " + std::to_string(opt.turns) + "-turn conversation", "ms", 50,
-        [&](const std::string& n) { return cpu_per_turn("cpu", n); });
+    add("cpu_per_turn_ms", "CPU per turn, one " + std::to_string(opt.turns) + "-turn conversation",
+        "ms", 50, [&](const std::string& n) { return cpu_per_turn("cpu", n); });
     add("cpu_sys_per_turn_ms", "  of which in the kernel (system time)", "ms", 0,
         [&](const std::string& n) { return cpu_per_turn("cpu", n, &proc_result::cpu_sys_s); });
-    add("cpu_per_turn_short_ms", "CPU per turn, " + std::to_string(opt.turns) + " turns in 10-turn conversations", "ms", 50,
+    add("cpu_per_turn_short_ms",
+        "CPU per turn, " + std::to_string(opt.turns) + " turns in 10-turn conversations", "ms", 50,
         [&](const std::string& n) { return cpu_per_turn("cpu_short", n); });
     add("cpu_sys_per_turn_short_ms", "  of which in the kernel (system time)", "ms", 0,
-        [&](const std::string& n) { return cpu_per_turn("cpu_short", n, &proc_result::cpu_sys_s); });
+        [&](const std::string& n) {
+            return cpu_per_turn("cpu_short", n, &proc_result::cpu_sys_s);
+        });
     add("turn_short_ms", "plain turn in 10-turn conversations, median", "ms", 0,
         [&](const std::string& n) { return median(b.all("cpu_short", n, &proc_result::wall_ms)); });
     add("cpu_startup_ms", "CPU of a process: start + 1 turn + exit", "ms", 0,
-        [&](const std::string& n) { return median(b.each("cold", n, &proc_result::cpu_s)) * 1000; });
-    add("rss_idle_mb", "peak RSS after start (VmHWM)", "MB", 0,
         [&](const std::string& n) {
-            std::vector<double> v;
-            for (const auto& r : b.results["cold"][n]) v.push_back(double(r.hwm_idle_kb) / 1024);
-            return median(v);
+            return median(b.each("cold", n, &proc_result::cpu_s)) * 1000;
         });
+    add("rss_idle_mb", "peak RSS after start (VmHWM)", "MB", 0, [&](const std::string& n) {
+        std::vector<double> v;
+        for (const auto& r : b.results["cold"][n]) v.push_back(double(r.hwm_idle_kb) / 1024);
+        return median(v);
+    });
     add("rss_peak_mb", "peak RSS after " + std::to_string(opt.turns) + " turns (VmHWM)", "MB", 20,
         [&](const std::string& n) {
             const auto& cpu = b.results["cpu"][n];
             return cpu.empty() ? nan_v : double(cpu[0].hwm_kb) / 1024;
         });
-    add("rss_anon_mb", "RssAnon after " + std::to_string(opt.turns) + " turns (no file pages)", "MB", 0,
-        [&](const std::string& n) {
+    add("rss_anon_mb", "RssAnon after " + std::to_string(opt.turns) + " turns (no file pages)",
+        "MB", 0, [&](const std::string& n) {
             const auto& cpu = b.results["cpu"][n];
             return cpu.empty() ? nan_v : double(cpu[0].rss_anon_kb) / 1024;
         });
@@ -693,14 +749,17 @@ int main(int argc, char** argv) {
             std::size_t count = 0;
             for (const auto& r : b.results[s.name][n]) count += r.statuses.size();
             per[n] = count;
-            if (!first) first = count;
-            else if (*first != count) requests_equal = false;
+            if (!first)
+                first = count;
+            else if (*first != count)
+                requests_equal = false;
         }
         req_json[s.name] = per;
         // retry events: the reference is the yardstick, coagent and the floor are compared
         auto seq = [&](const std::string& n) {
             std::vector<std::string> v;
-            for (const auto& r : b.results[s.name][n]) v.insert(v.end(), r.retry_events.begin(), r.retry_events.end());
+            for (const auto& r : b.results[s.name][n])
+                v.insert(v.end(), r.retry_events.begin(), r.retry_events.end());
             return v;
         };
         json::object ev;
@@ -719,8 +778,10 @@ int main(int argc, char** argv) {
                 const std::string y = i < ys.size() ? ys[i] : "(none)";
                 if (x == y) continue;
                 if (shown++ < 3) {
-                    diffs.push_back(s.name + " #" + std::to_string(i) + ": " + n + " " + x + "  vs  " + yard + " " + y);
-                    d.push_back(json::object{{"agent", n}, {"index", i}, {"got", x}, {"expected", y}});
+                    diffs.push_back(s.name + " #" + std::to_string(i) + ": " + n + " " + x +
+                                    "  vs  " + yard + " " + y);
+                    d.push_back(
+                        json::object{{"agent", n}, {"index", i}, {"got", x}, {"expected", y}});
                 }
             }
             ev[n + "_same_as_" + yard] = shown == 0;
@@ -731,10 +792,11 @@ int main(int argc, char** argv) {
 
     // ---- the table ------------------------------------------------------------------------
     const bool with_ref = b.has("reference");
-    std::printf("\nside-by-side: coagent vs the reference agent (pi-coding-agent 0.73.1), floor = driver + "
-                "coagent-fakellm + trivial stand-in agent\n");
-    std::printf("%-56s %9s %9s %9s %8s %9s  %s\n", "figure", "floor", "coagent", "reference", "ratio",
-                "net ratio", "target");
+    std::printf(
+        "\nside-by-side: coagent vs the reference agent (pi-coding-agent 0.73.1), floor = driver + "
+        "coagent-fakellm + trivial stand-in agent\n");
+    std::printf("%-56s %9s %9s %9s %8s %9s  %s\n", "figure", "floor", "coagent", "reference",
+                "ratio", "net ratio", "target");
     json::array fig_json;
     std::vector<std::string> missed;
     for (const auto& f : figs) {
@@ -745,14 +807,19 @@ int main(int argc, char** argv) {
         std::string target = "";
         if (f.target > 0) {
             const bool met = !std::isnan(r) && r >= f.target;
-            target = ">= " + std::to_string(int(f.target)) + "x " + (std::isnan(r) ? "" : met ? "met" : "MISSED");
+            target = ">= " + std::to_string(int(f.target)) + "x " +
+                     (std::isnan(r) ? ""
+                      : met         ? "met"
+                                    : "MISSED");
             if (!std::isnan(r) && !met) missed.push_back(f.key);
         }
         // net ratio: n/a without a floor; "at floor" when coagent is within 10 % of it
-        const std::string net = !std::isnan(nr) ? fmt(nr, 1) + "x" : at_floor(co, fl) ? "at floor" : "n/a";
-        std::printf("%-56s %9s %9s %9s %8s %9s  %s\n", (f.label + " [" + f.unit + "]").c_str(), fmt(fl, 3).c_str(),
-                    fmt(co, 3).c_str(), fmt(re, 3).c_str(), (fmt(r, 1) + (std::isnan(r) ? "" : "x")).c_str(),
-                    net.c_str(), target.c_str());
+        const std::string net = !std::isnan(nr)    ? fmt(nr, 1) + "x"
+                                : at_floor(co, fl) ? "at floor"
+                                                   : "n/a";
+        std::printf("%-56s %9s %9s %9s %8s %9s  %s\n", (f.label + " [" + f.unit + "]").c_str(),
+                    fmt(fl, 3).c_str(), fmt(co, 3).c_str(), fmt(re, 3).c_str(),
+                    (fmt(r, 1) + (std::isnan(r) ? "" : "x")).c_str(), net.c_str(), target.c_str());
         json::object o{{"key", f.key}, {"label", f.label}, {"unit", f.unit}};
         for (const auto& [n, v] : f.v) o[n] = std::isnan(v) ? json::value(nullptr) : json::value(v);
         o["ratio"] = std::isnan(r) ? json::value(nullptr) : json::value(r);
@@ -766,23 +833,31 @@ int main(int argc, char** argv) {
     std::printf("\nrequests sent to coagent-fakellm per scenario (must be equal):\n");
     for (const auto& s : b.scenarios) {
         std::printf("  %-10s", s.name.c_str());
-        for (const auto& n : names) std::printf("  %s %lld", n.c_str(), static_cast<long long>(req_json[s.name].as_object()[n].to_number<long long>()));
+        for (const auto& n : names)
+            std::printf(
+                "  %s %lld", n.c_str(),
+                static_cast<long long>(req_json[s.name].as_object()[n].to_number<long long>()));
         std::printf("\n");
     }
     std::printf("  %s\n", requests_equal ? "equal" : "NOT EQUAL");
-    std::printf("\nauto_retry_start / auto_retry_end objects per scenario (vs %s):\n", with_ref ? "reference" : "coagent");
+    std::printf("\nauto_retry_start / auto_retry_end objects per scenario (vs %s):\n",
+                with_ref ? "reference" : "coagent");
     for (const auto& s : b.scenarios) {
         const auto& ev = events_json[s.name].as_object();
-        std::printf("  %-10s %3lld objects", s.name.c_str(), static_cast<long long>(ev.at("count").to_number<long long>()));
+        std::printf("  %-10s %3lld objects", s.name.c_str(),
+                    static_cast<long long>(ev.at("count").to_number<long long>()));
         for (const auto& [k, v] : ev)
             if (k.ends_with(with_ref ? "_same_as_reference" : "_same_as_coagent"))
-                std::printf("  %s: %s", std::string(k.substr(0, k.find('_'))).c_str(), v.as_bool() ? "same" : "DIFFERENT");
+                std::printf("  %s: %s", std::string(k.substr(0, k.find('_'))).c_str(),
+                            v.as_bool() ? "same" : "DIFFERENT");
         if (ev.contains("first")) std::printf("  e.g. %s", json::serialize(ev.at("first")).c_str());
         std::printf("\n");
     }
     for (const auto& d : diffs) std::printf("  difference: %s\n", d.c_str());
-    std::printf("\nrun: %.0f s, load average %.2f at the start, %.2f at the end, %u cores; fake server CPU %.2f s\n",
-                run_s, loadavg_start[0], loadavg_end[0], std::thread::hardware_concurrency(), server_cpu);
+    std::printf(
+        "\nrun: %.0f s, load average %.2f at the start, %.2f at the end, %u cores; fake server CPU "
+        "%.2f s\n",
+        run_s, loadavg_start[0], loadavg_end[0], std::thread::hardware_concurrency(), server_cpu);
     if (!missed.empty()) {
         std::printf("targets missed:");
         for (const auto& m : missed) std::printf(" %s", m.c_str());
@@ -793,43 +868,56 @@ int main(int argc, char** argv) {
     {
         // turn, then floor / coagent / reference for the long conversation, then for the short ones
         std::ofstream pd(opt.plot_data);
-        pd << "# turn floor_ms coagent_ms reference_ms floor_short_ms coagent_short_ms reference_short_ms\n";
+        pd << "# turn floor_ms coagent_ms reference_ms floor_short_ms coagent_short_ms "
+              "reference_short_ms\n";
         auto cell = [&](const std::string& sc, const std::string& n, int i) {
             const auto& runs = b.results[sc][n];
-            return runs.empty() || std::size_t(i) >= runs[0].wall_ms.size() ? nan_v : runs[0].wall_ms[std::size_t(i)];
+            return runs.empty() || std::size_t(i) >= runs[0].wall_ms.size()
+                       ? nan_v
+                       : runs[0].wall_ms[std::size_t(i)];
         };
         for (int i = 0; i < opt.turns; ++i) {
             pd << i + 1;
             for (const std::string sc : {"cpu", "cpu_short"})
-                for (const std::string n : {"floor", "coagent", "reference"}) pd << " " << cell(sc, n, i);
+                for (const std::string n : {"floor", "coagent", "reference"})
+                    pd << " " << cell(sc, n, i);
             pd << "\n";
         }
     }
     json::object out;
     utsname u{};
     ::uname(&u);
-    out["machine"] = json::object{
-        {"cpu", [] {
-             std::string m = read_first_line("/proc/cpuinfo", "model name");
-             const auto colon = m.find(": ");
-             return colon == std::string::npos ? m : m.substr(colon + 2);
-         }()},
-        {"cores", std::thread::hardware_concurrency()},
-        {"kernel", std::string(u.release)},
-        {"loadavg_start", loadavg_start[0]},
-        {"loadavg_end", loadavg_end[0]},
-        {"note", "shared machine, other jobs running: figures are noisy"}};
-    out["versions"] = json::object{{"coagent", run_capture("'" + opt.coagent.string() + "' --version 2>&1")},
-                                   {"node", run_capture("node --version 2>&1")},
-                                   {"reference", "@mariozechner/pi-coding-agent@0.73.1"}};
-    out["config"] = json::object{{"quick", opt.quick}, {"startups", opt.startups}, {"reps", opt.reps},
-                                 {"turns", opt.turns}, {"run_seconds", run_s}};
+    out["machine"] =
+        json::object{{"cpu",
+                      [] {
+                          std::string m = read_first_line("/proc/cpuinfo", "model name");
+                          const auto colon = m.find(": ");
+                          return colon == std::string::npos ? m : m.substr(colon + 2);
+                      }()},
+                     {"cores", std::thread::hardware_concurrency()},
+                     {"kernel", std::string(u.release)},
+                     {"loadavg_start", loadavg_start[0]},
+                     {"loadavg_end", loadavg_end[0]},
+                     {"note", "shared machine, other jobs running: figures are noisy"}};
+    out["versions"] =
+        json::object{{"coagent", run_capture("'" + opt.coagent.string() + "' --version 2>&1")},
+                     {"node", run_capture("node --version 2>&1")},
+                     {"reference", "@mariozechner/pi-coding-agent@0.73.1"}};
+    out["config"] = json::object{{"quick", opt.quick},
+                                 {"startups", opt.startups},
+                                 {"reps", opt.reps},
+                                 {"turns", opt.turns},
+                                 {"run_seconds", run_s}};
     json::array sc_json;
     for (const auto& sc : b.scenarios) {
         json::array steps;
         for (const auto& st : sc.per_rep) steps.push_back(st.status);
-        sc_json.push_back(json::object{{"name", sc.name}, {"label", sc.label}, {"processes", sc.processes},
-                                       {"warmup_turn", sc.warmup}, {"reps", sc.reps}, {"statuses_per_rep", steps},
+        sc_json.push_back(json::object{{"name", sc.name},
+                                       {"label", sc.label},
+                                       {"processes", sc.processes},
+                                       {"warmup_turn", sc.warmup},
+                                       {"reps", sc.reps},
+                                       {"statuses_per_rep", steps},
                                        {"backoff_ms_subtracted", sc.backoff_ms},
                                        {"base_delay_ms", sc.profile == "fast" ? 1 : 10000},
                                        {"new_session_every", sc.new_session_every},
@@ -850,14 +938,20 @@ int main(int argc, char** argv) {
         for (const auto& n : names) {
             json::array procs;
             for (const auto& r : b.results[s.name][n]) {
-                json::object p{{"first_response_ms", r.first_response_ms}, {"cpu_s", r.cpu_s}, {"cpu_sys_s", r.cpu_sys_s},
-                               {"hwm_idle_kb", r.hwm_idle_kb}, {"hwm_kb", r.hwm_kb}, {"rss_anon_kb", r.rss_anon_kb}, {"exit_status", r.exit_status},
+                json::object p{{"first_response_ms", r.first_response_ms},
+                               {"cpu_s", r.cpu_s},
+                               {"cpu_sys_s", r.cpu_sys_s},
+                               {"hwm_idle_kb", r.hwm_idle_kb},
+                               {"hwm_kb", r.hwm_kb},
+                               {"rss_anon_kb", r.rss_anon_kb},
+                               {"exit_status", r.exit_status},
                                {"requests", r.statuses.size()}};
                 if (!std::isnan(r.ready_ms)) p["ready_ms"] = r.ready_ms;
                 if (!s.name.starts_with("cpu")) {
                     json::array w(r.wall_ms.begin(), r.wall_ms.end());
                     p["wall_ms"] = w;
-                    if (!r.abort_ms.empty()) p["abort_ms"] = json::array(r.abort_ms.begin(), r.abort_ms.end());
+                    if (!r.abort_ms.empty())
+                        p["abort_ms"] = json::array(r.abort_ms.begin(), r.abort_ms.end());
                 }
                 procs.push_back(std::move(p));
             }

@@ -5,8 +5,9 @@
 //     an error);
 //   - a prompt is one blocking HTTP/1.1 request per attempt (keep-alive) to the first
 //     provider of $COAGENT_DIR/models.json (openai-completions) carrying the conversation so
-//     far (user and successful assistant texts), the SSE reply decoded line by line, with coagent's event sequence (agent_start … message_update per delta …
-//     agent_end{willRetry}, auto_retry_start/auto_retry_end, agent_settled) in small objects;
+//     far (user and successful assistant texts), the SSE reply decoded line by line, with coagent's
+//     event sequence (agent_start … message_update per delta … agent_end{willRetry},
+//     auto_retry_start/auto_retry_end, agent_settled) in small objects;
 //   - retries on any non-200 status with retry.baseDelayMs × 2^(n-1) up to retry.maxRetries
 //     (from $COAGENT_DIR/settings.json); the backoff polls stdin so abort_retry cancels it.
 // No session, no context, no classification, no timers beyond poll(): everything an agent
@@ -70,7 +71,9 @@ void emit(const json::object& o) {
     }
 }
 
-void emit_type(const char* type) { emit(json::object{{"type", type}}); }
+void emit_type(const char* type) {
+    emit(json::object{{"type", type}});
+}
 
 // ---- stdin: LF-separated lines ----------------------------------------------------------------
 
@@ -161,9 +164,10 @@ struct http_client {
     /// (and the body of other statuses).
     template <class OnBody>
     response post(const std::string& body, OnBody&& on_body) {
-        std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
-                          "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n" + auth +
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        std::string req =
+            "POST " + path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
+            "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n" + auth +
+            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
         for (int attempt = 0;; ++attempt) {
             if (fd < 0) connect_now();
             if (write_all(req)) {
@@ -247,8 +251,8 @@ std::size_t message_count = 0;
 std::string history;  // the messages sent so far, serialized, comma-separated
 int retry_attempt = 0;
 
-void respond(const json::value* id, const std::string& command, bool ok, const std::string& error = {},
-             json::value data = nullptr) {
+void respond(const json::value* id, const std::string& command, bool ok,
+             const std::string& error = {}, json::value data = nullptr) {
     json::object r;
     if (id) r["id"] = *id;
     r["type"] = "response";
@@ -344,7 +348,8 @@ void run_prompt(const std::string& message) {
                     if (!ec)
                         if (const auto* choices = v.as_object().if_contains("choices");
                             choices && choices->is_array() && !choices->as_array().empty())
-                            if (const auto* d = choices->as_array()[0].as_object().if_contains("delta"))
+                            if (const auto* d =
+                                    choices->as_array()[0].as_object().if_contains("delta"))
                                 if (const auto* c = d->as_object().if_contains("content");
                                     c && c->is_string() && !c->as_string().empty()) {
                                     if (!started) {
@@ -362,12 +367,16 @@ void run_prompt(const std::string& message) {
         };
         auto r = http.post(body, on_body);
         if (r.status == 200) {
-            if (!started) emit(json::object{{"type", "message_start"}, {"message", assistant("", "stop")}});
+            if (!started)
+                emit(json::object{{"type", "message_start"}, {"message", assistant("", "stop")}});
             json::object m = assistant(text, "stop");
             emit(json::object{{"type", "message_end"}, {"message", m}});
-            if (attempt > 0) emit(json::object{{"type", "auto_retry_end"}, {"success", true}, {"attempt", attempt}});
+            if (attempt > 0)
+                emit(json::object{
+                    {"type", "auto_retry_end"}, {"success", true}, {"attempt", attempt}});
             emit(json::object{{"type", "turn_end"}, {"message", m}});
-            emit(json::object{{"type", "agent_end"}, {"messages", json::array{m}}, {"willRetry", false}});
+            emit(json::object{
+                {"type", "agent_end"}, {"messages", json::array{m}}, {"willRetry", false}});
             ++message_count;
             history += ',';
             history += json::serialize(json::object{{"role", "assistant"}, {"content", text}});
@@ -383,15 +392,19 @@ void run_prompt(const std::string& message) {
             if (const auto* e = eb.as_object().if_contains("error"); e && e->is_object())
                 em = e->as_object().if_contains("message");
         error += ' ';
-        error += em && em->is_string() ? std::string_view(em->get_string()) : std::string_view(r.body);
+        error +=
+            em && em->is_string() ? std::string_view(em->get_string()) : std::string_view(r.body);
         json::object m = assistant("", "error", error);
         emit(json::object{{"type", "message_start"}, {"message", m}});
         emit(json::object{{"type", "message_end"}, {"message", m}});
         emit(json::object{{"type", "turn_end"}, {"message", m}});
         const bool will_retry = attempt < cfg.max_retries;
-        emit(json::object{{"type", "agent_end"}, {"messages", json::array{m}}, {"willRetry", will_retry}});
+        emit(json::object{
+            {"type", "agent_end"}, {"messages", json::array{m}}, {"willRetry", will_retry}});
         if (!will_retry) {
-            emit(json::object{{"type", "auto_retry_end"}, {"success", false}, {"attempt", attempt},
+            emit(json::object{{"type", "auto_retry_end"},
+                              {"success", false},
+                              {"attempt", attempt},
                               {"finalError", error}});
             ++message_count;
             retry_attempt = 0;
@@ -400,10 +413,15 @@ void run_prompt(const std::string& message) {
         }
         retry_attempt = attempt + 1;
         const long delay = cfg.base_delay_ms << attempt;
-        emit(json::object{{"type", "auto_retry_start"}, {"attempt", attempt + 1},
-                          {"maxAttempts", cfg.max_retries}, {"delayMs", delay}, {"errorMessage", error}});
+        emit(json::object{{"type", "auto_retry_start"},
+                          {"attempt", attempt + 1},
+                          {"maxAttempts", cfg.max_retries},
+                          {"delayMs", delay},
+                          {"errorMessage", error}});
         if (backoff(delay) == wait_result::cancelled) {
-            emit(json::object{{"type", "auto_retry_end"}, {"success", false}, {"attempt", attempt + 1},
+            emit(json::object{{"type", "auto_retry_end"},
+                              {"success", false},
+                              {"attempt", attempt + 1},
                               {"finalError", "Retry cancelled"}});
             retry_attempt = 0;
             emit_type("agent_settled");
@@ -417,8 +435,10 @@ void configure() {
     if (!dir) die("COAGENT_DIR is not set");
     json::value settings = read_json_file(std::string(dir) + "/settings.json");
     if (const auto* r = settings.as_object().if_contains("retry"); r && r->is_object()) {
-        if (const auto* v = r->as_object().if_contains("maxRetries")) cfg.max_retries = static_cast<int>(v->to_number<double>());
-        if (const auto* v = r->as_object().if_contains("baseDelayMs")) cfg.base_delay_ms = static_cast<long>(v->to_number<double>());
+        if (const auto* v = r->as_object().if_contains("maxRetries"))
+            cfg.max_retries = static_cast<int>(v->to_number<double>());
+        if (const auto* v = r->as_object().if_contains("baseDelayMs"))
+            cfg.base_delay_ms = static_cast<long>(v->to_number<double>());
     }
     json::value models = read_json_file(std::string(dir) + "/models.json");
     const auto* providers = models.as_object().if_contains("providers");

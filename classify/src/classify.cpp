@@ -45,7 +45,8 @@ compiled_patterns build() {
             throw std::logic_error("classify pattern table: " + std::string(e.table) + "/" +
                                    std::string(e.name) + " does not compile in a set: " + err);
     }
-    if (!c.all->Compile()) throw std::logic_error("classify pattern table: the set does not compile");
+    if (!c.all->Compile())
+        throw std::logic_error("classify pattern table: the set does not compile");
     c.provider_error_type = compile(provider_error_type_regex, "provider_error_type_regex");
     c.duration_part = compile(duration_part_regex, "duration_part_regex");
     return c;

@@ -26,15 +26,13 @@ struct compiled_patterns {
 
 /// Which table entries match `text`, as a bitmap indexed like pattern_table().
 class match_result {
-public:
+  public:
     explicit match_result(std::string_view text);
-    bool matches(std::size_t index) const noexcept {
-        return index < bits_.size() && bits_[index];
-    }
+    bool matches(std::size_t index) const noexcept { return index < bits_.size() && bits_[index]; }
     /// Index of the first entry of `table` that matches, if any.
     std::optional<std::size_t> first(std::string_view table) const;
 
-private:
+  private:
     std::vector<bool> bits_;
 };
 

@@ -123,8 +123,10 @@ constexpr std::array table{
     // limit, not a rate limit — retrying the same key cannot help, switching keys can
     pattern_entry{"usage_limit", "insufficient_quota", R"re(insufficient_quota)re", "OpenAI API",
                   R"re({"error":{"type":"insufficient_quota","code":"insufficient_quota"}})re"},
-    pattern_entry{"usage_limit", "exceeded your current quota", R"re(exceeded your current quota)re",
-                  "OpenAI API", "429 You exceeded your current quota, please check your plan and billing details."},
+    pattern_entry{
+        "usage_limit", "exceeded your current quota", R"re(exceeded your current quota)re",
+        "OpenAI API",
+        "429 You exceeded your current quota, please check your plan and billing details."},
 
     // ---- retryable: the specification's list (§2), spelled as the reference spells it ------
     pattern_entry{"retryable", "overloaded", R"re(overloaded)re",

@@ -15,7 +15,8 @@ namespace coagent::fakellm {
 
 namespace {
 
-[[noreturn]] void step_error(const std::string& source, std::size_t index, const std::string& what) {
+[[noreturn]] void step_error(const std::string& source, std::size_t index,
+                             const std::string& what) {
     throw script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
 }
 
@@ -25,8 +26,9 @@ std::string shown(const json::value& v) {
     return s;
 }
 
-std::int64_t int_field(const json::object& o, std::string_view key, std::int64_t min, std::int64_t max,
-                       const std::string& source, std::size_t index, std::string_view expected) {
+std::int64_t int_field(const json::object& o, std::string_view key, std::int64_t min,
+                       std::int64_t max, const std::string& source, std::size_t index,
+                       std::string_view expected) {
     const auto& v = o.at(key);
     std::int64_t x = 0;
     if (v.is_int64()) {
@@ -34,17 +36,21 @@ std::int64_t int_field(const json::object& o, std::string_view key, std::int64_t
     } else if (v.is_uint64()) {
         x = max;
         if (v.get_uint64() > static_cast<std::uint64_t>(max))
-            step_error(source, index, "\"" + std::string(key) + "\" must be " + std::string(expected) +
-                                          ", found " + shown(v));
-    } else if (v.is_double() && v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
+            step_error(source, index,
+                       "\"" + std::string(key) + "\" must be " + std::string(expected) +
+                           ", found " + shown(v));
+    } else if (v.is_double() &&
+               v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double()))) {
         x = static_cast<std::int64_t>(v.get_double());
     } else {
         step_error(source, index,
-                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " + shown(v));
+                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " +
+                       shown(v));
     }
     if (x < min || x > max)
         step_error(source, index,
-                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " + shown(v));
+                   "\"" + std::string(key) + "\" must be " + std::string(expected) + ", found " +
+                       shown(v));
     return x;
 }
 
@@ -62,8 +68,8 @@ std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t 
 }
 
 constexpr std::string_view known_fields[] = {
-    "status", "headers", "body", "text", "chunks", "usage", "cutAfterChunks", "stallAfterChunks",
-    "stallMs", "sseError", "toolCall", "times", "delayMs"};
+    "status",           "headers", "body",     "text",     "chunks", "usage",  "cutAfterChunks",
+    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs"};
 
 }  // namespace
 
@@ -78,18 +84,23 @@ script script::parse(std::string_view text, const std::string& source) {
                            ": invalid JSON: " + ec.message());
     }
     json::value v = p.release();
-    if (!v.is_array()) throw script_error(source + ": the script must be a JSON array of steps, found " + shown(v));
+    if (!v.is_array())
+        throw script_error(source + ": the script must be a JSON array of steps, found " +
+                           shown(v));
     script out;
     const auto& arr = v.get_array();
     for (std::size_t i = 0; i < arr.size(); ++i) {
-        if (!arr[i].is_object()) step_error(source, i, "a step must be an object, found " + shown(arr[i]));
+        if (!arr[i].is_object())
+            step_error(source, i, "a step must be an object, found " + shown(arr[i]));
         const auto& o = arr[i].get_object();
         for (const auto& kv : o)
-            if (std::find(std::begin(known_fields), std::end(known_fields), kv.key()) == std::end(known_fields))
-                step_error(source, i, "unknown field \"" + std::string(kv.key()) +
-                                          "\" (known: status, headers, body, text, chunks, usage, "
-                                          "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
-                                          "times, delayMs)");
+            if (std::find(std::begin(known_fields), std::end(known_fields), kv.key()) ==
+                std::end(known_fields))
+                step_error(source, i,
+                           "unknown field \"" + std::string(kv.key()) +
+                               "\" (known: status, headers, body, text, chunks, usage, "
+                               "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
+                               "times, delayMs)");
         step s;
         const bool has_status = o.contains("status");
         const bool has_text = o.contains("text");
@@ -97,22 +108,33 @@ script script::parse(std::string_view text, const std::string& source) {
         const bool has_tool = o.contains("toolCall");
         if (has_sse) {
             s.type = step::kind::sse_error;
-            if (has_status || has_tool) step_error(source, i, "\"sseError\" cannot be combined with \"status\" or \"toolCall\"");
+            if (has_status || has_tool)
+                step_error(source, i,
+                           "\"sseError\" cannot be combined with \"status\" or \"toolCall\"");
         } else if (has_tool) {
             s.type = step::kind::tool_call;
-            if (has_status || has_text) step_error(source, i, "\"toolCall\" cannot be combined with \"status\" or \"text\"");
+            if (has_status || has_text)
+                step_error(source, i,
+                           "\"toolCall\" cannot be combined with \"status\" or \"text\"");
         } else if (has_text) {
             s.type = step::kind::text;
-            if (has_status) step_error(source, i, "\"status\" cannot be combined with \"text\" (a streamed reply is a 200)");
+            if (has_status)
+                step_error(
+                    source, i,
+                    "\"status\" cannot be combined with \"text\" (a streamed reply is a 200)");
         } else if (has_status) {
             s.type = step::kind::status;
         } else {
             step_error(source, i, "needs one of \"status\", \"text\", \"sseError\", \"toolCall\"");
         }
 
-        if (has_status) s.status = static_cast<int>(int_field(o, "status", 100, 599, source, i, "an HTTP status (100-599)"));
+        if (has_status)
+            s.status = static_cast<int>(
+                int_field(o, "status", 100, 599, source, i, "an HTTP status (100-599)"));
         if (const auto* h = o.if_contains("headers")) {
-            if (!h->is_object()) step_error(source, i, "\"headers\" must be an object of strings, found " + shown(*h));
+            if (!h->is_object())
+                step_error(source, i,
+                           "\"headers\" must be an object of strings, found " + shown(*h));
             for (const auto& kv : h->get_object()) {
                 std::string value;
                 if (kv.value().is_string())
@@ -120,46 +142,66 @@ script script::parse(std::string_view text, const std::string& source) {
                 else if (kv.value().is_number())
                     value = json::serialize(kv.value());
                 else
-                    step_error(source, i, "header \"" + std::string(kv.key()) +
-                                              "\" must be a string or a number, found " + shown(kv.value()));
+                    step_error(source, i,
+                               "header \"" + std::string(kv.key()) +
+                                   "\" must be a string or a number, found " + shown(kv.value()));
                 if (kv.key().empty() || value.find_first_of("\r\n") != std::string::npos)
-                    step_error(source, i, "header \"" + std::string(kv.key()) + "\" is not a valid header");
+                    step_error(source, i,
+                               "header \"" + std::string(kv.key()) + "\" is not a valid header");
                 s.headers.emplace_back(kv.key(), std::move(value));
             }
         }
         if (const auto* b = o.if_contains("body")) {
-            if (s.type != step::kind::status) step_error(source, i, "\"body\" belongs to a \"status\" step");
+            if (s.type != step::kind::status)
+                step_error(source, i, "\"body\" belongs to a \"status\" step");
             s.body = *b;
         }
         if (has_text) {
             const auto& t = o.at("text");
-            if (!t.is_string()) step_error(source, i, "\"text\" must be a string, found " + shown(t));
+            if (!t.is_string())
+                step_error(source, i, "\"text\" must be a string, found " + shown(t));
             s.text = t.get_string();
         }
-        if (o.contains("chunks")) s.chunks = static_cast<int>(int_field(o, "chunks", 1, 1'000'000, source, i, "an integer from 1 to 1000000"));
+        if (o.contains("chunks"))
+            s.chunks = static_cast<int>(
+                int_field(o, "chunks", 1, 1'000'000, source, i, "an integer from 1 to 1000000"));
         if (const auto* u = o.if_contains("usage")) {
-            if (!u->is_object()) step_error(source, i, "\"usage\" must be an object, found " + shown(*u));
+            if (!u->is_object())
+                step_error(source, i, "\"usage\" must be an object, found " + shown(*u));
             for (const auto& kv : u->get_object()) {
-                static constexpr std::string_view names[] = {"input", "output", "cacheRead", "cacheWrite"};
+                static constexpr std::string_view names[] = {"input", "output", "cacheRead",
+                                                             "cacheWrite"};
                 if (std::find(std::begin(names), std::end(names), kv.key()) == std::end(names))
-                    step_error(source, i, "unknown usage field \"" + std::string(kv.key()) +
-                                              "\" (known: input, output, cacheRead, cacheWrite)");
-                int_field(u->get_object(), kv.key(), 0, INT64_MAX / 4, source, i, "a non-negative integer");
+                    step_error(source, i,
+                               "unknown usage field \"" + std::string(kv.key()) +
+                                   "\" (known: input, output, cacheRead, cacheWrite)");
+                int_field(u->get_object(), kv.key(), 0, INT64_MAX / 4, source, i,
+                          "a non-negative integer");
             }
             s.usage = u->get_object();
         }
         if (o.contains("cutAfterChunks"))
-            s.cut_after_chunks = static_cast<int>(int_field(o, "cutAfterChunks", 0, 1'000'000, source, i, "a non-negative integer"));
+            s.cut_after_chunks = static_cast<int>(
+                int_field(o, "cutAfterChunks", 0, 1'000'000, source, i, "a non-negative integer"));
         if (o.contains("stallAfterChunks"))
-            s.stall_after_chunks = static_cast<int>(int_field(o, "stallAfterChunks", 0, 1'000'000, source, i, "a non-negative integer"));
-        if (o.contains("stallMs")) s.stall_ms = int_field(o, "stallMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
+            s.stall_after_chunks = static_cast<int>(int_field(o, "stallAfterChunks", 0, 1'000'000,
+                                                              source, i, "a non-negative integer"));
+        if (o.contains("stallMs"))
+            s.stall_ms =
+                int_field(o, "stallMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
         if (s.stall_after_chunks && !o.contains("stallMs"))
             step_error(source, i, "\"stallAfterChunks\" needs \"stallMs\"");
         if (o.contains("stallMs") && !s.stall_after_chunks) s.stall_after_chunks = 0;
-        if ((s.cut_after_chunks || s.stall_after_chunks || s.chunks || s.usage) && s.type == step::kind::status)
-            step_error(source, i, "chunks, usage, cutAfterChunks and stallAfterChunks belong to streamed steps");
+        if ((s.cut_after_chunks || s.stall_after_chunks || s.chunks || s.usage) &&
+            s.type == step::kind::status)
+            step_error(
+                source, i,
+                "chunks, usage, cutAfterChunks and stallAfterChunks belong to streamed steps");
         if (const auto* e = o.if_contains("sseError")) {
-            if (!e->is_object()) step_error(source, i, "\"sseError\" must be an object {\"type\",\"message\"}, found " + shown(*e));
+            if (!e->is_object())
+                step_error(
+                    source, i,
+                    "\"sseError\" must be an object {\"type\",\"message\"}, found " + shown(*e));
             const auto& eo = e->get_object();
             s.error_type = "overloaded_error";
             s.error_message = "Overloaded";
@@ -173,18 +215,25 @@ script script::parse(std::string_view text, const std::string& source) {
             }
         }
         if (const auto* tc = o.if_contains("toolCall")) {
-            if (!tc->is_object()) step_error(source, i, "\"toolCall\" must be an object, found " + shown(*tc));
+            if (!tc->is_object())
+                step_error(source, i, "\"toolCall\" must be an object, found " + shown(*tc));
             const auto* name = tc->get_object().if_contains("name");
             if (!name || !name->is_string() || name->get_string().empty())
                 step_error(source, i, "\"toolCall.name\" must be a non-empty string");
             s.tool_name = name->get_string();
             if (const auto* a = tc->get_object().if_contains("arguments")) {
-                if (!a->is_object()) step_error(source, i, "\"toolCall.arguments\" must be an object, found " + shown(*a));
+                if (!a->is_object())
+                    step_error(source, i,
+                               "\"toolCall.arguments\" must be an object, found " + shown(*a));
                 s.tool_arguments = a->get_object();
             }
         }
-        if (o.contains("times")) s.times = static_cast<int>(int_field(o, "times", 1, 1'000'000'000, source, i, "an integer from 1 to 1e9"));
-        if (o.contains("delayMs")) s.delay_ms = int_field(o, "delayMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
+        if (o.contains("times"))
+            s.times = static_cast<int>(
+                int_field(o, "times", 1, 1'000'000'000, source, i, "an integer from 1 to 1e9"));
+        if (o.contains("delayMs"))
+            s.delay_ms =
+                int_field(o, "delayMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
         out.steps.push_back(std::move(s));
     }
     return out;
@@ -212,7 +261,9 @@ json::object to_json(const request_record& r) {
     json::object o;
     o["request"] = r.index;
     o["path"] = r.path;
-    o["api"] = r.kind == api::openai ? "openai-completions" : r.kind == api::anthropic ? "anthropic-messages" : "unknown";
+    o["api"] = r.kind == api::openai      ? "openai-completions"
+               : r.kind == api::anthropic ? "anthropic-messages"
+                                          : "unknown";
     o["authorization"] = !r.authorization.empty();
     o["x-api-key"] = !r.x_api_key.empty();
     // The last 4 characters of the key tell credentials apart without logging them.
@@ -311,7 +362,8 @@ json::value openai_choice(json::object delta, const char* finish) {
 // only the piece is escaped per chunk: the server stays fast for long streams).
 constexpr std::string_view piece_marker = "@@fakellm-piece@@";
 
-void fill_chunks(const std::string& tmpl, const std::vector<std::string>& pieces, std::vector<std::string>& out) {
+void fill_chunks(const std::string& tmpl, const std::vector<std::string>& pieces,
+                 std::vector<std::string>& out) {
     const std::string quoted = "\"" + std::string(piece_marker) + "\"";
     const auto at = tmpl.find(quoted);
     const std::string_view head = std::string_view(tmpl).substr(0, at);
@@ -329,12 +381,13 @@ void fill_chunks(const std::string& tmpl, const std::vector<std::string>& pieces
 
 }  // namespace
 
-stream_plan plan_stream(const step& s, api kind, const std::string& model, std::int64_t input_tokens,
-                        std::size_t call_number) {
+stream_plan plan_stream(const step& s, api kind, const std::string& model,
+                        std::int64_t input_tokens, std::size_t call_number) {
     stream_plan p;
     const bool tool = s.type == step::kind::tool_call;
     const std::string tool_json = tool ? json::serialize(s.tool_arguments) : std::string();
-    const std::vector<std::string> pieces = split_chunks(tool ? std::string_view(tool_json) : std::string_view(s.text), s.chunks);
+    const std::vector<std::string> pieces =
+        split_chunks(tool ? std::string_view(tool_json) : std::string_view(s.text), s.chunks);
     const usage_numbers u = usage_of(s, input_tokens, tool ? tool_json.size() : s.text.size());
     const std::string n = std::to_string(call_number);
 

@@ -113,7 +113,8 @@ string_response make_response(int status, unsigned version, bool keep_alive) {
     return res;
 }
 
-string_response json_error(int status, unsigned version, bool keep_alive, const std::string& message) {
+string_response json_error(int status, unsigned version, bool keep_alive,
+                           const std::string& message) {
     auto res = make_response(status, version, keep_alive);
     json::object err;
     err["message"] = message;
@@ -141,7 +142,8 @@ std::string inspect(const http::request<http::string_body>& req, request_record&
     const auto& o = v.get_object();
     if (const auto* m = o.if_contains("model"); m && m->is_string()) r.model = m->get_string();
     if (const auto* s = o.if_contains("stream"); s && s->is_bool()) r.stream = s->get_bool();
-    if (const auto* sys = o.if_contains("system"); sys && !sys->is_null()) r.roles.emplace_back("system");
+    if (const auto* sys = o.if_contains("system"); sys && !sys->is_null())
+        r.roles.emplace_back("system");
     if (const auto* ms = o.if_contains("messages"); ms && ms->is_array())
         for (const auto& m : ms->get_array())
             if (const auto* role = m.is_object() ? m.get_object().if_contains("role") : nullptr;
@@ -167,7 +169,8 @@ asio::awaitable<bool> pause(const impl_ptr& self, connection& c, std::int64_t ms
 
 template <typename Stream>
 asio::awaitable<bool> write_chunk(Stream& stream, const std::string& s) {
-    auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(s)), tuple_awaitable);
+    auto [ec, n] =
+        co_await asio::async_write(stream, http::make_chunk(asio::buffer(s)), tuple_awaitable);
     (void)n;
     co_return !ec;
 }
@@ -185,8 +188,8 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
         rec.status = 404;
         self->record(rec);
         auto res = json_error(404, version, keep,
-                              "fakellm: no such endpoint: " + std::string(req.method_string()) + " " +
-                                  rec.path + " (POST .../chat/completions or .../messages)");
+                              "fakellm: no such endpoint: " + std::string(req.method_string()) +
+                                  " " + rec.path + " (POST .../chat/completions or .../messages)");
         co_return co_await write_response(stream, res) && keep;
     }
     if (!bad_body.empty()) {
@@ -235,8 +238,8 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
     }
 
     const std::int64_t input_tokens = static_cast<std::int64_t>(req.body().size() / 4 + 1);
-    const stream_plan plan = plan_stream(*s, rec.kind, rec.model.empty() ? "fakellm" : rec.model,
-                                         input_tokens, number);
+    const stream_plan plan =
+        plan_stream(*s, rec.kind, rec.model.empty() ? "fakellm" : rec.model, input_tokens, number);
     http::response<http::empty_body> res{http::status::ok, version};
     res.set(http::field::server, "coagent-fakellm");
     res.set(http::field::content_type, "text/event-stream");
@@ -257,7 +260,8 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
     for (const auto& e : plan.head) batch += e;
     for (std::size_t i = 0; i <= plan.chunks.size(); ++i) {
         const bool cut = s->cut_after_chunks && static_cast<std::size_t>(*s->cut_after_chunks) == i;
-        const bool stall = s->stall_after_chunks && static_cast<std::size_t>(*s->stall_after_chunks) == i;
+        const bool stall =
+            s->stall_after_chunks && static_cast<std::size_t>(*s->stall_after_chunks) == i;
         if ((cut || stall) && !batch.empty()) {
             if (!co_await write_chunk(stream, batch)) co_return false;
             batch.clear();
@@ -344,7 +348,8 @@ server::server(asio::any_io_executor ex, server_options opts)
     if (o.log_file) {
         impl_->log = std::fopen(o.log_file->c_str(), "ae");
         if (!impl_->log)
-            throw std::system_error(errno, std::generic_category(), "cannot open log " + o.log_file->string());
+            throw std::system_error(errno, std::generic_category(),
+                                    "cannot open log " + o.log_file->string());
     }
     if (o.tls_cert_file || o.tls_key_file) {
         if (!o.tls_cert_file || !o.tls_key_file)
@@ -352,9 +357,13 @@ server::server(asio::any_io_executor ex, server_options opts)
         impl_->tls.emplace(ssl::context::tls_server);
         boost::system::error_code ec;
         impl_->tls->use_certificate_chain_file(o.tls_cert_file->string(), ec);
-        if (ec) throw std::runtime_error(o.tls_cert_file->string() + ": cannot use the certificate: " + ec.message());
+        if (ec)
+            throw std::runtime_error(o.tls_cert_file->string() +
+                                     ": cannot use the certificate: " + ec.message());
         impl_->tls->use_private_key_file(o.tls_key_file->string(), ssl::context::pem, ec);
-        if (ec) throw std::runtime_error(o.tls_key_file->string() + ": cannot use the private key: " + ec.message());
+        if (ec)
+            throw std::runtime_error(o.tls_key_file->string() +
+                                     ": cannot use the private key: " + ec.message());
     }
     const tcp::endpoint ep(asio::ip::make_address(o.bind_address), o.port);
     impl_->acceptor.open(ep.protocol());
@@ -363,7 +372,9 @@ server::server(asio::any_io_executor ex, server_options opts)
     impl_->acceptor.listen();
 }
 
-server::~server() { stop(); }
+server::~server() {
+    stop();
+}
 
 std::uint16_t server::port() const noexcept {
     boost::system::error_code ec;

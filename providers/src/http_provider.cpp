@@ -19,10 +19,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include <sys/socket.h>
 #include <array>
 #include <cerrno>
 #include <mutex>
-#include <sys/socket.h>
 
 namespace coagent {
 
@@ -40,7 +40,7 @@ constexpr std::size_t max_error_body = std::size_t{1} << 20;
 
 struct connection {
     explicit connection(const asio::any_io_executor& ex) : plain(ex) {}
-    beast::tcp_stream plain;                                   // http
+    beast::tcp_stream plain;                                    // http
     std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;  // https
     beast::flat_buffer buffer;
 
@@ -83,7 +83,7 @@ std::string lower(std::string_view s) {
 struct http_provider::impl {
     http_provider_options opts;
     bool https = false;
-    std::string host;         // for DNS, SNI and certificate checks (no brackets)
+    std::string host;  // for DNS, SNI and certificate checks (no brackets)
     std::string port;
     std::string host_header;  // Host: host[:port]
     std::string target;       // path + endpoint (+ query)
@@ -154,7 +154,8 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
     auto ex = co_await asio::this_coro::executor;
     const auto timeout = std::chrono::milliseconds(self->opts.connect_timeout_ms);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    const std::string timed_out = "Connection error: connecting to " + self->where() + " timed out after " +
+    const std::string timed_out = "Connection error: connecting to " + self->where() +
+                                  " timed out after " +
                                   std::to_string(self->opts.connect_timeout_ms) + " ms";
 
     st->resolver.emplace(ex);
@@ -165,7 +166,8 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
         st->connect_timed_out = true;
         if (st->resolver) st->resolver->cancel();
     });
-    auto [rec, results] = co_await st->resolver->async_resolve(self->host, self->port, tuple_awaitable);
+    auto [rec, results] =
+        co_await st->resolver->async_resolve(self->host, self->port, tuple_awaitable);
     watchdog.cancel();
     st->resolver.reset();
     if (st->aborted) co_return std::string();
@@ -173,14 +175,16 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
     if (rec) co_return "Connection error: cannot resolve " + self->host + ": " + rec.message();
 
     auto conn = std::make_shared<connection>(ex);
-    if (self->https) conn->tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ex, *self->tls);
+    if (self->https)
+        conn->tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ex, *self->tls);
     st->conn = conn;
     conn->lowest().expires_at(deadline);
     auto [cec, ep] = co_await conn->lowest().async_connect(results, tuple_awaitable);
     (void)ep;
     if (st->aborted) co_return std::string();
     if (cec == beast::error::timeout) co_return timed_out;
-    if (cec) co_return "Connection error: cannot connect to " + self->where() + ": " + cec.message();
+    if (cec)
+        co_return "Connection error: cannot connect to " + self->where() + ": " + cec.message();
     {
         boost::system::error_code ig;
         conn->lowest().socket().set_option(tcp::no_delay(true), ig);
@@ -209,7 +213,8 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
         if (verify != X509_V_OK)
             co_return "TLS certificate verification failed for " + self->where() + ": " +
                 X509_verify_cert_error_string(verify);
-        co_return "Connection error: TLS handshake with " + self->where() + " failed: " + hec.message();
+        co_return "Connection error: TLS handshake with " + self->where() +
+            " failed: " + hec.message();
     }
     co_return std::string();
 }
@@ -223,7 +228,8 @@ struct slot_guard {
 
 http_protocol::header_list headers_of(const http::fields& f) {
     http_protocol::header_list h;
-    for (const auto& field : f) h.emplace_back(lower(field.name_string()), std::string(field.value()));
+    for (const auto& field : f)
+        h.emplace_back(lower(field.name_string()), std::string(field.value()));
     return h;
 }
 
@@ -263,7 +269,8 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
             co_return false;
         }
         if (ec) {
-            set_error(out, "Connection error: sending the request to " + self->where() + " failed: " + ec.message());
+            set_error(out, "Connection error: sending the request to " + self->where() +
+                               " failed: " + ec.message());
             co_return false;
         }
     }
@@ -273,7 +280,8 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     parser.header_limit(64 * 1024);
     conn.lowest().expires_after(idle);
     {
-        auto [ec, n] = co_await http::async_read_header(stream, conn.buffer, parser, tuple_awaitable);
+        auto [ec, n] =
+            co_await http::async_read_header(stream, conn.buffer, parser, tuple_awaitable);
         (void)n;
         if (st->aborted) co_return false;
         if (ec == beast::error::timeout) {
@@ -281,14 +289,16 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
             co_return false;
         }
         if (ec) {
-            set_error(out, "Connection error: no response from " + self->where() + ": " + ec.message());
+            set_error(out,
+                      "Connection error: no response from " + self->where() + ": " + ec.message());
             co_return false;
         }
     }
     const int status = static_cast<int>(parser.get().result_int());
     const auto headers = headers_of(parser.get().base());
     const std::string content_type = lower(parser.get()[http::field::content_type]);
-    const bool streamed = status >= 200 && status < 300 && content_type.find("text/event-stream") != std::string::npos;
+    const bool streamed = status >= 200 && status < 300 &&
+                          content_type.find("text/event-stream") != std::string::npos;
 
     std::array<char, 16 * 1024> buf;
     std::string collected;  // error (or unexpected) body
@@ -309,10 +319,12 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
         if (got > 0) {
             const std::string_view bytes(buf.data(), got);
             if (streamed) {
-                const auto s = sse.feed(bytes, [&](const sse_event& ev) { decoder->on_event(ev, out, observer); });
+                const auto s = sse.feed(
+                    bytes, [&](const sse_event& ev) { decoder->on_event(ev, out, observer); });
                 if (s == sse_parser::status::event_too_large) {
                     set_error(out, "Invalid stream from " + self->where() + ": an event exceeded " +
-                                       std::to_string(sse_parser::default_max_event_bytes) + " bytes");
+                                       std::to_string(sse_parser::default_max_event_bytes) +
+                                       " bytes");
                     co_return false;
                 }
                 if (decoder->status() == stream_decoder::state::error) co_return false;
@@ -338,7 +350,7 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     if (streamed) {
         sse.finish();
         decoder->on_end(out);
-        co_return decoder->status() == stream_decoder::state::done && parser.get().keep_alive();
+        co_return decoder->status() == stream_decoder::state::done&& parser.get().keep_alive();
     }
 
     // Not a stream: an HTTP error (or an unexpected answer).
@@ -346,8 +358,9 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     if (status >= 200 && status < 300) {
         d = http_error_text(status, collected);
         if (collected.find("\"error\"") == std::string::npos)
-            d.text = "Unexpected response from " + self->where() + " (status " + std::to_string(status) +
-                     ", content-type " + (content_type.empty() ? std::string("none") : content_type) +
+            d.text = "Unexpected response from " + self->where() + " (status " +
+                     std::to_string(status) + ", content-type " +
+                     (content_type.empty() ? std::string("none") : content_type) +
                      "): " + d.text.substr(d.text.find(' ') + 1);
     } else {
         d = http_error_text(status, collected);
@@ -368,15 +381,19 @@ http_provider::http_provider(http_provider_options opts) : impl_(std::make_share
     i.opts = std::move(opts);
     auto parsed = boost::urls::parse_uri(i.opts.base_url);
     if (!parsed)
-        throw http_provider_error("baseUrl \"" + i.opts.base_url + "\" is not a URL: " + parsed.error().message());
+        throw http_provider_error("baseUrl \"" + i.opts.base_url +
+                                  "\" is not a URL: " + parsed.error().message());
     const auto& u = *parsed;
     const std::string scheme = lower(u.scheme());
     if (scheme != "http" && scheme != "https")
-        throw http_provider_error("baseUrl \"" + i.opts.base_url + "\": the scheme must be http or https");
+        throw http_provider_error("baseUrl \"" + i.opts.base_url +
+                                  "\": the scheme must be http or https");
     i.https = scheme == "https";
     i.host = std::string(u.encoded_host());
-    if (i.host.size() > 1 && i.host.front() == '[' && i.host.back() == ']') i.host = i.host.substr(1, i.host.size() - 2);
-    if (i.host.empty()) throw http_provider_error("baseUrl \"" + i.opts.base_url + "\" has no host");
+    if (i.host.size() > 1 && i.host.front() == '[' && i.host.back() == ']')
+        i.host = i.host.substr(1, i.host.size() - 2);
+    if (i.host.empty())
+        throw http_provider_error("baseUrl \"" + i.opts.base_url + "\" has no host");
     i.port = u.has_port() ? std::string(u.port()) : (i.https ? "443" : "80");
     const bool v6 = i.host.find(':') != std::string::npos;
     i.host_header = v6 ? "[" + i.host + "]" : i.host;
@@ -390,14 +407,17 @@ http_provider::http_provider(http_provider_options opts) : impl_(std::make_share
 
     if (i.https) {
         i.tls.emplace(ssl::context::tls_client);
-        i.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                           ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+        i.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                           ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                           ssl::context::no_tlsv1_1);
         boost::system::error_code ec;
         i.tls->set_default_verify_paths(ec);
         if (ec) throw http_provider_error("cannot load the system CA store: " + ec.message());
         if (i.opts.ca_file) {
             i.tls->load_verify_file(i.opts.ca_file->string(), ec);
-            if (ec) throw http_provider_error(i.opts.ca_file->string() + ": cannot load CA certificates: " + ec.message());
+            if (ec)
+                throw http_provider_error(i.opts.ca_file->string() +
+                                          ": cannot load CA certificates: " + ec.message());
         }
         i.tls->set_verify_mode(ssl::verify_peer);
     }
@@ -409,9 +429,13 @@ http_provider::~http_provider() {
     impl_->idle.clear();
 }
 
-model_info http_provider::model() const { return impl_->opts.model; }
+model_info http_provider::model() const {
+    return impl_->opts.model;
+}
 
-std::shared_ptr<auth_storage> http_provider::auth() const { return impl_->opts.auth; }
+std::shared_ptr<auth_storage> http_provider::auth() const {
+    return impl_->opts.auth;
+}
 
 std::size_t http_provider::idle_connections() const {
     std::lock_guard lock(impl_->mutex);
@@ -423,8 +447,8 @@ std::size_t http_provider::connections_opened() const {
     return impl_->opened;
 }
 
-asio::awaitable<void> http_provider::stream(const provider_request& req, message& out, stream_observer& observer,
-                                            abort_signal& abort) {
+asio::awaitable<void> http_provider::stream(const provider_request& req, message& out,
+                                            stream_observer& observer, abort_signal& abort) {
     impl_ptr self = impl_;
     if (abort.requested()) {
         set_aborted(out);

@@ -1,5 +1,5 @@
-#include <coagent/session/auth_storage.hpp>
 #include <coagent/runtime/message.hpp>
+#include <coagent/session/auth_storage.hpp>
 
 namespace coagent {
 
@@ -17,7 +17,8 @@ std::size_t in_memory_auth_storage::pick(std::vector<credential>& creds, std::in
     return 0;  // all blocked: keep using the first (there is nothing else)
 }
 
-std::string in_memory_auth_storage::api_key(std::string_view provider, std::string_view session_id) {
+std::string in_memory_auth_storage::api_key(std::string_view provider,
+                                            std::string_view session_id) {
     std::lock_guard lock(mutex_);
     auto it = creds_.find(provider);
     if (it == creds_.end() || it->second.empty()) return {};
@@ -49,7 +50,8 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
     return false;
 }
 
-std::int64_t in_memory_auth_storage::blocked_until(std::string_view provider, std::size_t index) const {
+std::int64_t in_memory_auth_storage::blocked_until(std::string_view provider,
+                                                   std::size_t index) const {
     std::lock_guard lock(mutex_);
     auto it = creds_.find(provider);
     if (it == creds_.end() || index >= it->second.size()) return 0;

@@ -16,7 +16,8 @@ int main() {
     asio::io_context io;
     coagent::faux_options fo;
     fo.script = coagent::faux_script::parse(
-        R"([{"error":"503 Service Unavailable","status":503},{"text":"Hello, consumer."}])", "<consumer>");
+        R"([{"error":"503 Service Unavailable","status":503},{"text":"Hello, consumer."}])",
+        "<consumer>");
     coagent::session_options o;
     o.executor = io.get_executor();
     o.model_provider = std::make_shared<coagent::faux_provider>(std::move(fo));
@@ -31,7 +32,8 @@ int main() {
                         static_cast<long long>(s->delay_ms), s->error_message.c_str());
         } else if (auto* x = std::get_if<coagent::auto_retry_end_event>(&e)) {
             ++ends;
-            std::printf("auto_retry_end success=%s attempt=%d\n", x->success ? "true" : "false", x->attempt);
+            std::printf("auto_retry_end success=%s attempt=%d\n", x->success ? "true" : "false",
+                        x->attempt);
         }
     });
 
@@ -39,7 +41,8 @@ int main() {
     session.async_prompt("hi", [&](std::exception_ptr e, coagent::prompt_result r) {
         if (e) std::rethrow_exception(e);
         ok = r.outcome == coagent::prompt_result::status::succeeded;
-        std::printf("reply: %s\n", r.last_assistant ? coagent::text_of(*r.last_assistant).c_str() : "(none)");
+        std::printf("reply: %s\n",
+                    r.last_assistant ? coagent::text_of(*r.last_assistant).c_str() : "(none)");
     });
     io.run();
     return ok && starts == 1 && ends == 1 ? 0 : 1;

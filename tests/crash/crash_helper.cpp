@@ -69,7 +69,8 @@ int check_session(const fs::path& events_file, const fs::path& session_file) {
             auto v = json::parse(lines[i], ec);
             if (ec) {
                 if (i + 1 == lines.size()) break;  // torn by the kill
-                return fail(events_file.string() + ":" + std::to_string(i + 1) + ": not JSON: " + lines[i].substr(0, 200));
+                return fail(events_file.string() + ":" + std::to_string(i + 1) +
+                            ": not JSON: " + lines[i].substr(0, 200));
             }
             if (!v.is_object()) continue;
             const auto* type = v.as_object().if_contains("type");
@@ -77,7 +78,8 @@ int check_session(const fs::path& events_file, const fs::path& session_file) {
             try {
                 published.push_back(identity(message_from_json(v.as_object().at("message"))));
             } catch (const std::exception& e) {
-                return fail(events_file.string() + ":" + std::to_string(i + 1) + ": bad message: " + e.what());
+                return fail(events_file.string() + ":" + std::to_string(i + 1) +
+                            ": bad message: " + e.what());
             }
         }
     }
@@ -94,21 +96,26 @@ int check_session(const fs::path& events_file, const fs::path& session_file) {
         for (const auto& w : loaded.warnings) {
             ++warnings;
             // only a torn last line may be skipped (the kill landed in the middle of a write)
-            if (w.find("torn last line") == std::string::npos) return fail("unexpected warning: " + w);
+            if (w.find("torn last line") == std::string::npos)
+                return fail("unexpected warning: " + w);
         }
     } catch (const std::exception& e) {
-        return fail(session_file.string() + " (" + std::to_string(size) + " bytes) does not load: " + e.what());
+        return fail(session_file.string() + " (" + std::to_string(size) +
+                    " bytes) does not load: " + e.what());
     }
-    // every published message is stored, in order (the file may hold more: written, not yet published)
+    // every published message is stored, in order (the file may hold more: written, not yet
+    // published)
     std::size_t j = 0;
     for (std::size_t i = 0; i < published.size(); ++i) {
         while (j < stored.size() && stored[j] != published[i]) ++j;
         if (j == stored.size())
-            return fail("published message " + std::to_string(i + 1) + " of " + std::to_string(published.size()) +
-                        " is missing from " + session_file.string() + ": " + published[i].substr(0, 200));
+            return fail("published message " + std::to_string(i + 1) + " of " +
+                        std::to_string(published.size()) + " is missing from " +
+                        session_file.string() + ": " + published[i].substr(0, 200));
         ++j;
     }
-    std::cout << "published " << published.size() << " stored " << stored.size() << " torn " << warnings << "\n";
+    std::cout << "published " << published.size() << " stored " << stored.size() << " torn "
+              << warnings << "\n";
     return 0;
 }
 
@@ -151,12 +158,13 @@ int check_auth(const fs::path& file, const std::vector<fs::path>& records) {
         while (in >> key >> until) {
             ++n;
             auto it = blocked.find(key);
-            if (it == blocked.end()) return fail("credential " + key + " vanished from " + file.string());
+            if (it == blocked.end())
+                return fail("credential " + key + " vanished from " + file.string());
             // the writer used a `now` taken after `until` was computed, and later writes only
             // raise a block (max): a smaller value means an update was lost
             if (it->second < until)
-                return fail("lost update: " + key + " blockedUntil " + std::to_string(it->second) + " < " +
-                            std::to_string(until) + " written by a process");
+                return fail("lost update: " + key + " blockedUntil " + std::to_string(it->second) +
+                            " < " + std::to_string(until) + " written by a process");
         }
     }
     std::cout << "credentials " << credentials << " blocks checked " << n << "\n";
@@ -170,7 +178,8 @@ int json_get(const fs::path& file, const std::string& dotted) {
     const json::value* cur = &v;
     std::istringstream parts(dotted);
     for (std::string part; std::getline(parts, part, '.');) {
-        if (!cur->is_object() || !cur->as_object().contains(part)) return fail(dotted + ": not in " + file.string());
+        if (!cur->is_object() || !cur->as_object().contains(part))
+            return fail(dotted + ": not in " + file.string());
         cur = &cur->as_object().at(part);
     }
     std::cout << json::serialize(*cur) << "\n";
@@ -188,7 +197,8 @@ int watch(const fs::path& file, int ms) {
         boost::system::error_code ec;
         const auto v = json::parse(s.str(), ec);
         if (ec || !v.is_object())
-            return fail(file.string() + " read as invalid JSON during a write (" + std::to_string(s.str().size()) + " bytes)");
+            return fail(file.string() + " read as invalid JSON during a write (" +
+                        std::to_string(s.str().size()) + " bytes)");
         ++reads;
     }
     std::cout << "reads " << reads << "\n";
@@ -202,13 +212,15 @@ int main(int argc, char** argv) {
     try {
         if (a.size() == 3 && a[0] == "check-session") return check_session(a[1], a[2]);
         if (a.size() == 4 && a[0] == "auth-hammer") return auth_hammer(a[1], a[2], std::stoi(a[3]));
-        if (a.size() >= 2 && a[0] == "check-auth") return check_auth(a[1], {a.begin() + 2, a.end()});
+        if (a.size() >= 2 && a[0] == "check-auth")
+            return check_auth(a[1], {a.begin() + 2, a.end()});
         if (a.size() == 3 && a[0] == "json-get") return json_get(a[1], a[2]);
         if (a.size() == 3 && a[0] == "watch") return watch(a[1], std::stoi(a[2]));
     } catch (const std::exception& e) {
         return fail(e.what());
     }
-    std::cerr << "usage: coagent_crash_helper check-session EVENTS FILE | auth-hammer FILE PROVIDER ROUNDS | "
+    std::cerr << "usage: coagent_crash_helper check-session EVENTS FILE | auth-hammer FILE "
+                 "PROVIDER ROUNDS | "
                  "check-auth FILE RECORDS... | json-get FILE KEY | watch FILE MS\n";
     return 2;
 }

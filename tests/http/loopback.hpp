@@ -65,12 +65,13 @@ struct loopback {
         return true;
     }
 
-    http_provider_options options(http_protocol::api_kind api, std::string key = "sk-test-0001") const {
+    http_provider_options options(http_protocol::api_kind api,
+                                  std::string key = "sk-test-0001") const {
         http_provider_options o;
         o.api = api;
         o.base_url = base_url();
-        o.model = model_info{"fake", "fake-model",
-                             std::string(http_protocol::to_string(api)), 32000, 4096};
+        o.model = model_info{"fake", "fake-model", std::string(http_protocol::to_string(api)),
+                             32000, 4096};
         o.api_key = std::move(key);
         return o;
     }
@@ -87,7 +88,8 @@ struct loopback {
             done = true;
         });
         if (after_start) after_start();
-        if (!run_until([&] { return done; })) throw std::runtime_error("provider call did not complete in time");
+        if (!run_until([&] { return done; }))
+            throw std::runtime_error("provider call did not complete in time");
         if (failure) std::rethrow_exception(failure);
         return out;
     }

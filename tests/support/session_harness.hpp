@@ -23,7 +23,9 @@ namespace coagent::test {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-inline settings default_settings() { return settings{}; }
+inline settings default_settings() {
+    return settings{};
+}
 
 struct harness {
     asio::io_context io;
@@ -108,7 +110,9 @@ struct harness {
     std::vector<faux_request> requests() const { return faux->requests(); }
 };
 
-inline json::object obj(std::string_view s) { return json::parse(s).as_object(); }
+inline json::object obj(std::string_view s) {
+    return json::parse(s).as_object();
+}
 
 /// The event types of `events` with message roles folded in ("message_end:assistant:error").
 inline std::vector<std::string> brief(const std::vector<json::object>& events) {

@@ -23,8 +23,8 @@ struct classification {
     /// "status/503", "retryable/overloaded", "usage_limit/usage.?limit",
     /// "overflow/silent usage"; "none" when nothing matched.
     std::string rule = "none";
-    std::optional<int> status;              // HTTP status when the provider gave one
-    std::string provider_error_type;        // e.g. "overloaded_error" when known
+    std::optional<int> status;                   // HTTP status when the provider gave one
+    std::string provider_error_type;             // e.g. "overloaded_error" when known
     std::optional<std::int64_t> retry_after_ms;  // hint parsed from the error text
 
     /// Retryable in the spec's sense (usage limits are a retryable subclass).

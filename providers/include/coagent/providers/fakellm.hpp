@@ -43,7 +43,7 @@ struct step {
 
     // text / sse_error (text before the error) / tool_call
     std::string text;
-    std::optional<int> chunks;  // split the text (or tool arguments) into N chunks
+    std::optional<int> chunks;          // split the text (or tool arguments) into N chunks
     std::optional<json::object> usage;  // {input, output, cacheRead, cacheWrite}
     std::optional<int> cut_after_chunks;
     std::optional<int> stall_after_chunks;
@@ -63,7 +63,7 @@ struct step {
 
 /// A malformed script: what() names the source (file or "<inline>"), the step and the field.
 class script_error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -114,7 +114,7 @@ struct server_options {
 
 /// The server. Runs on the executor given (single-threaded use: one io_context thread).
 class server {
-public:
+  public:
     /// Binds and listens. Throws std::system_error (bind, log file) or std::runtime_error (TLS
     /// files).
     server(boost::asio::any_io_executor ex, server_options opts);
@@ -137,7 +137,7 @@ public:
 
     struct impl;
 
-private:
+  private:
     std::shared_ptr<impl> impl_;
 };
 
@@ -151,8 +151,8 @@ struct stream_plan {
     std::vector<std::string> chunks;  // one per content chunk
     std::vector<std::string> tail;    // after them
 };
-stream_plan plan_stream(const step& s, api kind, const std::string& model, std::int64_t input_tokens,
-                        std::size_t call_number);
+stream_plan plan_stream(const step& s, api kind, const std::string& model,
+                        std::int64_t input_tokens, std::size_t call_number);
 
 /// Splits `text` into `n` pieces of about equal size at UTF-8 character boundaries; default
 /// (n unset): at spaces, one word (with its leading space) a piece.

@@ -27,11 +27,11 @@ namespace coagent {
 struct faux_step {
     enum class kind { error, text, tool_call };
     kind type = kind::text;
-    std::string text;                 // error text or reply text
-    std::optional<int> status;        // error
-    std::optional<token_usage> usage; // text
-    std::string tool_name;            // tool_call
-    json::object tool_arguments;      // tool_call
+    std::string text;                  // error text or reply text
+    std::optional<int> status;         // error
+    std::optional<token_usage> usage;  // text
+    std::string tool_name;             // tool_call
+    json::object tool_arguments;       // tool_call
     int times = 1;
     std::int64_t delay_ms = 0;
     std::int64_t stall_ms = 0;
@@ -39,7 +39,7 @@ struct faux_step {
 
 /// A malformed script: what() names the source (file or "<inline>") and the position.
 class faux_script_error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -73,7 +73,7 @@ struct faux_options {
 };
 
 class faux_provider final : public provider {
-public:
+  public:
     explicit faux_provider(faux_options opts = {});
     ~faux_provider() override;
 
@@ -88,7 +88,7 @@ public:
     static constexpr const char* default_reply = "Hello from the faux provider.";
     static constexpr const char* exhausted_text = "faux script exhausted";
 
-private:
+  private:
     std::optional<faux_step> next_step();
     void record(const provider_request& req);
 

@@ -26,12 +26,12 @@ namespace coagent {
 struct sse_event {
     std::string type = "message";  ///< the `event:` field, "message" when absent
     std::string data;
-    std::string id;                 ///< the last event id seen so far
+    std::string id;                        ///< the last event id seen so far
     std::optional<std::int64_t> retry_ms;  ///< a `retry:` field of this event
 };
 
 class sse_parser {
-public:
+  public:
     enum class status { ok, event_too_large };
 
     static constexpr std::size_t default_max_event_bytes = std::size_t{16} << 20;  // 16 MiB
@@ -56,7 +56,7 @@ public:
     /// Events dispatched so far.
     std::uint64_t events() const noexcept { return events_; }
 
-private:
+  private:
     template <typename OnEvent>
     status body(std::string_view bytes, OnEvent& on_event);
     // Processes one complete line (without its terminator); true when an event is complete.
@@ -105,7 +105,8 @@ sse_parser::status sse_parser::body(std::string_view bytes, OnEvent& on_event) {
     while (!bytes.empty()) {
         const std::size_t i = bytes.find_first_of("\r\n");
         if (i == std::string_view::npos) {
-            if (over_limit(partial_.size() + bytes.size())) return status_ = status::event_too_large;
+            if (over_limit(partial_.size() + bytes.size()))
+                return status_ = status::event_too_large;
             partial_.append(bytes);
             return status_;
         }

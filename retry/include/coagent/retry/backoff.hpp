@@ -39,7 +39,8 @@ struct retry_wait {
     std::int64_t asked_ms = 0;  ///< the honoured hint that exceeded retry.maxDelayMs
 };
 
-constexpr retry_wait compute_retry_wait(const retry_settings& s, int attempt, std::optional<std::int64_t> hint_ms,
+constexpr retry_wait compute_retry_wait(const retry_settings& s, int attempt,
+                                        std::optional<std::int64_t> hint_ms,
                                         double uniform01) noexcept {
     std::int64_t backoff = backoff_delay(s, attempt);
     if (s.jitter != retry_jitter::none && backoff > 0) {

@@ -7,7 +7,7 @@
 namespace coagent {
 
 class abort_signal {
-public:
+  public:
     /// Requests the abort and emits terminal cancellation to whatever is bound to slot().
     void request() noexcept {
         requested_ = true;
@@ -18,7 +18,7 @@ public:
     boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
     void reset() noexcept { requested_ = false; }
 
-private:
+  private:
     boost::asio::cancellation_signal signal_;
     bool requested_ = false;
 };

@@ -22,7 +22,7 @@ struct manual_clock {
     /// Back to time zero (between tests).
     static void reset() noexcept { now_ns().store(0); }
 
-private:
+  private:
     static std::atomic<rep>& now_ns() noexcept {
         static std::atomic<rep> v{0};
         return v;
@@ -40,6 +40,7 @@ struct zero_wait_traits {
     }
 };
 
-using manual_timer = boost::asio::basic_waitable_timer<manual_clock, zero_wait_traits<manual_clock>>;
+using manual_timer =
+    boost::asio::basic_waitable_timer<manual_clock, zero_wait_traits<manual_clock>>;
 
 }  // namespace coagent

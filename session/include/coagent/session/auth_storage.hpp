@@ -15,7 +15,7 @@
 namespace coagent {
 
 class auth_storage {
-public:
+  public:
     virtual ~auth_storage() = default;
     /// Blocks the credential `session_id` uses for `provider` until now + retry_after_ms
     /// (60 s without a hint). Returns true iff another unblocked credential exists and the
@@ -28,7 +28,7 @@ public:
 
 /// Credentials held in memory. Thread-safe. `now_ms` is injectable for tests.
 class in_memory_auth_storage final : public auth_storage {
-public:
+  public:
     explicit in_memory_auth_storage(std::function<std::int64_t()> now_ms = {});
 
     void add_credential(std::string provider, std::string key);
@@ -42,7 +42,7 @@ public:
 
     static constexpr std::int64_t default_block_ms = 60'000;
 
-private:
+  private:
     struct credential {
         std::string key;
         std::int64_t blocked_until = 0;

@@ -37,13 +37,14 @@ std::int64_t context_tokens(const message& last_reply);
 
 /// Threshold compaction: after a successful reply whose context tokens exceed
 /// contextWindow - compaction.reserveTokens (only when the window is known).
-bool over_threshold(const message& last_reply, const model_info& model, const compaction_settings& s);
+bool over_threshold(const message& last_reply, const model_info& model,
+                    const compaction_settings& s);
 
 struct compaction_plan {
     std::optional<std::string> previous_summary;  // the context started with a summary
     std::vector<message_ptr> to_summarize;        // older messages (failed replies left out)
-    std::size_t first_kept = 0;                   // index into the context of the first kept message
-    std::int64_t tokens_before = 0;               // estimate of the whole context
+    std::size_t first_kept = 0;      // index into the context of the first kept message
+    std::int64_t tokens_before = 0;  // estimate of the whole context
 };
 
 /// Keeps the most recent messages up to keep_recent_tokens, cut at a user message so a tool
@@ -53,9 +54,9 @@ std::optional<compaction_plan> plan_compaction(const std::vector<message_ptr>& c
                                                std::int64_t keep_recent_tokens);
 
 struct compaction_request {
-    std::string reason;                  // "overflow" | "threshold" | "manual"
+    std::string reason;  // "overflow" | "threshold" | "manual"
     compaction_plan plan;
-    std::string custom_instructions;     // manual compaction may carry some
+    std::string custom_instructions;  // manual compaction may carry some
     model_info model;
     /// Sends one request to the session's model under the session's retry policy (a
     /// retryable failure waits and tries again, with auto_retry_* events) and completes with
@@ -71,7 +72,7 @@ struct compaction_outcome {
 };
 
 class compaction_hook {
-public:
+  public:
     virtual ~compaction_hook() = default;
     /// Produces the summary. Completes on the session's executor; `abort` cancels it (the
     /// outcome then says aborted). `req.complete` must not be used after completion.
@@ -82,7 +83,7 @@ public:
 /// The default hook: asks the session's model for the summary (one request; retried under
 /// the retry policy by `req.complete`).
 class model_summarizer final : public compaction_hook {
-public:
+  public:
     boost::asio::awaitable<compaction_outcome> compact(compaction_request req,
                                                        abort_signal& abort) override;
 

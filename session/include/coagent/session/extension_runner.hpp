@@ -11,11 +11,13 @@
 namespace coagent {
 
 class extension_runner {
-public:
+  public:
     using handler = std::function<void(const event&)>;
 
     /// Adds an extension; `path` names it in extension_error events.
-    void add(std::string path, handler h) { extensions_.push_back({std::move(path), std::move(h)}); }
+    void add(std::string path, handler h) {
+        extensions_.push_back({std::move(path), std::move(h)});
+    }
     bool empty() const noexcept { return extensions_.empty(); }
 
     /// Delivers `e` to every extension in load order; each failure is reported through
@@ -28,12 +30,13 @@ public:
             } catch (const std::exception& ex) {
                 on_error(extension_error_event{x.path, std::string(event_type(e)), ex.what()});
             } catch (...) {
-                on_error(extension_error_event{x.path, std::string(event_type(e)), "unknown exception"});
+                on_error(
+                    extension_error_event{x.path, std::string(event_type(e)), "unknown exception"});
             }
         }
     }
 
-private:
+  private:
     struct entry {
         std::string path;
         handler h;
