@@ -846,6 +846,18 @@ std::vector<std::string> run_seed(std::uint64_t seed, bool trace, stats& st,
     return v;
 }
 
+// A tool "slow" that answers "slow done" after 10 ms on the manual clock: a run that is still
+// winding down (a tool running) when abort() or a queued prompt arrives.
+void register_slow_tool(agent_session& session) {
+    session.register_tool(tool_definition{"slow", "answers after 10 ms", {}},
+                          [](json::object) -> asio::awaitable<tool_output> {
+                              manual_timer t(co_await asio::this_coro::executor);
+                              t.expires_after(std::chrono::milliseconds(10));
+                              co_await t.async_wait(asio::use_awaitable);
+                              co_return tool_output{"slow done", false};
+                          });
+}
+
 }  // namespace
 
 TEST_CASE("chaos: random schedules of faults and calls keep the session's invariants", "[chaos]") {
@@ -990,13 +1002,7 @@ TEST_CASE(
     coagent::test::harness h(
         R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
         {"text":"next answer"},{"text":"spare"}])");
-    h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
-                             [](json::object) -> asio::awaitable<tool_output> {
-                                 manual_timer t(co_await asio::this_coro::executor);
-                                 t.expires_after(std::chrono::milliseconds(10));
-                                 co_await t.async_wait(asio::use_awaitable);
-                                 co_return tool_output{"slow done", false};
-                             });
+    register_slow_tool(*h.session);  // runs for 10 ms of virtual time
     h.prompt("first");
     REQUIRE(h.session->is_busy());  // the tool runs for 10 ms
     h.session->abort();
@@ -1052,13 +1058,7 @@ TEST_CASE(
     "[chaos][regression]") {
     coagent::test::harness h(
         R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},{"text":"spare"}])");
-    h.session->register_tool(tool_definition{"slow", "answers after 10 ms", {}},
-                             [](json::object) -> asio::awaitable<tool_output> {
-                                 manual_timer t(co_await asio::this_coro::executor);
-                                 t.expires_after(std::chrono::milliseconds(10));
-                                 co_await t.async_wait(asio::use_awaitable);
-                                 co_return tool_output{"slow done", false};
-                             });
+    register_slow_tool(*h.session);  // runs for 10 ms of virtual time
     h.prompt("first");
     std::optional<prompt_result> before, steered_after;
     h.prompt_into("queued before the abort", streaming_behavior::follow_up, before);

@@ -3,6 +3,7 @@
 // test CA generated at test time.
 
 #include "http/loopback.hpp"
+#include "support/expected_events.hpp"
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/modes/app.hpp>
@@ -1074,30 +1075,7 @@ TEST_CASE(
         t.prompt("Say hello");
         CHECK(t.result->outcome == prompt_result::status::succeeded);
         CHECK(text_of(*t.result->last_assistant) == "Hello! Two 503s later, here is the answer.");
-        CHECK(brief(t.events) == strings{"agent_start",
-                                         "turn_start",
-                                         "message_start:user",
-                                         "message_end:user",
-                                         "message_start:assistant",
-                                         "message_end:assistant:error",
-                                         "turn_end",
-                                         "agent_end{retry}",
-                                         "auto_retry_start{1}",
-                                         "agent_start",
-                                         "turn_start",
-                                         "message_start:assistant",
-                                         "message_end:assistant:error",
-                                         "turn_end",
-                                         "agent_end{retry}",
-                                         "auto_retry_start{2}",
-                                         "agent_start",
-                                         "turn_start",
-                                         "message_start:assistant",
-                                         "message_end:assistant:stop",
-                                         "auto_retry_end{ok,2}",
-                                         "turn_end",
-                                         "agent_end{final}",
-                                         "agent_settled"});
+        CHECK(brief(t.events) == coagent::test::two_retries_then_success_events);
         auto starts = t.of("auto_retry_start");
         REQUIRE(starts.size() == 2);
         CHECK(

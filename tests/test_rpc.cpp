@@ -4,6 +4,7 @@
 // against scripted misbehaving children.
 
 #include "rpc/rpc_harness.hpp"
+#include "support/expected_events.hpp"
 
 #include <coagent/modes/rpc_client.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
@@ -635,30 +636,7 @@ TEST_CASE("rpc mode: two errors then success, exact retry events; get_state duri
     CHECK(p.next_of("auto_retry_end") ==
           obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
     p.next_of("agent_settled");
-    CHECK(brief(p.since(start)) == strings{"agent_start",
-                                           "turn_start",
-                                           "message_start:user",
-                                           "message_end:user",
-                                           "message_start:assistant",
-                                           "message_end:assistant:error",
-                                           "turn_end",
-                                           "agent_end{retry}",
-                                           "auto_retry_start{1}",
-                                           "agent_start",
-                                           "turn_start",
-                                           "message_start:assistant",
-                                           "message_end:assistant:error",
-                                           "turn_end",
-                                           "agent_end{retry}",
-                                           "auto_retry_start{2}",
-                                           "agent_start",
-                                           "turn_start",
-                                           "message_start:assistant",
-                                           "message_end:assistant:stop",
-                                           "auto_retry_end{ok,2}",
-                                           "turn_end",
-                                           "agent_end{final}",
-                                           "agent_settled"});
+    CHECK(brief(p.since(start)) == coagent::test::two_retries_then_success_events);
     st = p.call("s2", "get_state").at("data").as_object();
     CHECK(st.at("isRetrying") == false);
     CHECK(st.at("retryAttempt") == 0);

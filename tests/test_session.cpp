@@ -1,6 +1,7 @@
 // The retry policy inside agent_session, rule by rule (spec/retry-policy.md §1-§10 and the
 // endings table of design.md), on a manual clock with exact event sequences and requests.
 
+#include "support/expected_events.hpp"
 #include "support/session_harness.hpp"
 
 #include <catch2/catch.hpp>
@@ -50,30 +51,7 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     CHECK(h.result->outcome == prompt_result::status::succeeded);
     CHECK(text_of(*h.result->last_assistant) == "Hello there");
 
-    CHECK(brief(h.events) == strings{"agent_start",
-                                     "turn_start",
-                                     "message_start:user",
-                                     "message_end:user",
-                                     "message_start:assistant",
-                                     "message_end:assistant:error",
-                                     "turn_end",
-                                     "agent_end{retry}",
-                                     "auto_retry_start{1}",
-                                     "agent_start",
-                                     "turn_start",
-                                     "message_start:assistant",
-                                     "message_end:assistant:error",
-                                     "turn_end",
-                                     "agent_end{retry}",
-                                     "auto_retry_start{2}",
-                                     "agent_start",
-                                     "turn_start",
-                                     "message_start:assistant",
-                                     "message_end:assistant:stop",
-                                     "auto_retry_end{ok,2}",
-                                     "turn_end",
-                                     "agent_end{final}",
-                                     "agent_settled"});
+    CHECK(brief(h.events) == coagent::test::two_retries_then_success_events);
 
     auto starts = h.of("auto_retry_start");
     REQUIRE(starts.size() == 2);

@@ -50,6 +50,10 @@ std::string_view event_type(const event& e) noexcept {
 
 namespace {
 namespace jt = json_text;
+using jt::field;
+using jt::field_bool;
+using jt::field_int;
+using jt::field_json;
 
 void append_message(std::string& out, const message_ptr& m) {
     if (m)
@@ -67,31 +71,10 @@ void append_messages(std::string& out, const std::vector<message_ptr>& ms) {
     out.push_back(']');
 }
 
-// ,"key":"text"
-void field(std::string& out, std::string_view key, std::string_view text) {
-    out.push_back(',');
-    jt::append_key(out, key);
-    jt::append_string(out, text);
-}
-void field(std::string& out, std::string_view key, bool v) {
-    out.push_back(',');
-    jt::append_key(out, key);
-    jt::append_bool(out, v);
-}
-void field(std::string& out, std::string_view key, std::int64_t v) {
-    out.push_back(',');
-    jt::append_key(out, key);
-    jt::append_int(out, v);
-}
 void field_message(std::string& out, std::string_view key, const message_ptr& m) {
     out.push_back(',');
     jt::append_key(out, key);
     append_message(out, m);
-}
-void field_json(std::string& out, std::string_view key, const json::value& v) {
-    out.push_back(',');
-    jt::append_key(out, key);
-    jt::append_value(out, v);
 }
 }  // namespace
 
@@ -120,7 +103,7 @@ void append_json(std::string& out, const event& e) {
                        field(out, "toolCallId", x.tool_call_id);
                        field(out, "toolName", x.tool_name);
                        field_json(out, "result", x.result);
-                       field(out, "isError", x.is_error);
+                       field_bool(out, "isError", x.is_error);
                    },
                    [&](const turn_end_event& x) {
                        field_message(out, "message", x.message);
@@ -130,25 +113,25 @@ void append_json(std::string& out, const event& e) {
                    [&](const agent_end_event& x) {
                        out += R"(,"messages":)";
                        append_messages(out, x.messages);
-                       field(out, "willRetry", x.will_retry);
+                       field_bool(out, "willRetry", x.will_retry);
                    },
                    [&](const auto_retry_start_event& x) {
-                       field(out, "attempt", std::int64_t{x.attempt});
-                       field(out, "maxAttempts", std::int64_t{x.max_attempts});
-                       field(out, "delayMs", x.delay_ms);
+                       field_int(out, "attempt", x.attempt);
+                       field_int(out, "maxAttempts", x.max_attempts);
+                       field_int(out, "delayMs", x.delay_ms);
                        field(out, "errorMessage", x.error_message);
                    },
                    [&](const auto_retry_end_event& x) {
-                       field(out, "success", x.success);
-                       field(out, "attempt", std::int64_t{x.attempt});
+                       field_bool(out, "success", x.success);
+                       field_int(out, "attempt", x.attempt);
                        if (x.final_error) field(out, "finalError", *x.final_error);
                    },
                    [&](const compaction_start_event& x) { field(out, "reason", x.reason); },
                    [&](const compaction_end_event& x) {
                        field(out, "reason", x.reason);
                        if (x.result) field_json(out, "result", *x.result);
-                       field(out, "aborted", x.aborted);
-                       field(out, "willRetry", x.will_retry);
+                       field_bool(out, "aborted", x.aborted);
+                       field_bool(out, "willRetry", x.will_retry);
                        if (x.error_message) field(out, "errorMessage", *x.error_message);
                    },
                    [&](const extension_error_event& x) {

@@ -142,24 +142,19 @@ json::object parsed_object(const std::string& text) {
 void append_json(std::string& out, const token_usage& u) {
     out += R"({"input":)";
     jt::append_int(out, u.input);
-    out += R"(,"output":)";
-    jt::append_int(out, u.output);
-    out += R"(,"cacheRead":)";
-    jt::append_int(out, u.cache_read);
-    out += R"(,"cacheWrite":)";
-    jt::append_int(out, u.cache_write);
-    out += R"(,"totalTokens":)";
-    jt::append_int(out, u.total_tokens);
+    jt::field_int(out, "output", u.output);
+    jt::field_int(out, "cacheRead", u.cache_read);
+    jt::field_int(out, "cacheWrite", u.cache_write);
+    jt::field_int(out, "totalTokens", u.total_tokens);
     out += R"(,"cost":{"input":)";
     append_number(out, u.cost.input);
-    out += R"(,"output":)";
-    append_number(out, u.cost.output);
-    out += R"(,"cacheRead":)";
-    append_number(out, u.cost.cache_read);
-    out += R"(,"cacheWrite":)";
-    append_number(out, u.cost.cache_write);
-    out += R"(,"total":)";
-    append_number(out, u.cost.total);
+    for (const auto& [key, v] :
+         {std::pair{"output", u.cost.output}, std::pair{"cacheRead", u.cost.cache_read},
+          std::pair{"cacheWrite", u.cost.cache_write}, std::pair{"total", u.cost.total}}) {
+        out.push_back(',');
+        jt::append_key(out, key);
+        append_number(out, v);
+    }
     out += "}}";
 }
 
@@ -172,45 +167,24 @@ void append_json(std::string& out, const message& m) {
         case message_role::user:
             break;
         case message_role::assistant:
-            out += R"(,"api":)";
-            jt::append_string(out, m.api);
-            out += R"(,"provider":)";
-            jt::append_string(out, m.provider);
-            out += R"(,"model":)";
-            jt::append_string(out, m.model);
+            jt::field(out, "api", m.api);
+            jt::field(out, "provider", m.provider);
+            jt::field(out, "model", m.model);
             out += R"(,"usage":)";
             append_json(out, m.usage);
-            out += R"(,"stopReason":")";
-            out += to_string(m.stop);
-            out.push_back('"');
-            if (m.error_message) {
-                out += R"(,"errorMessage":)";
-                jt::append_string(out, *m.error_message);
-            }
-            if (m.error_status) {
-                out += R"(,"errorStatus":)";
-                jt::append_int(out, *m.error_status);
-            }
-            if (!m.error_type.empty()) {
-                out += R"(,"errorType":)";
-                jt::append_string(out, m.error_type);
-            }
-            if (m.should_retry) {
-                out += R"(,"shouldRetry":)";
-                jt::append_bool(out, *m.should_retry);
-            }
+            jt::field(out, "stopReason", to_string(m.stop));
+            if (m.error_message) jt::field(out, "errorMessage", *m.error_message);
+            if (m.error_status) jt::field_int(out, "errorStatus", *m.error_status);
+            if (!m.error_type.empty()) jt::field(out, "errorType", m.error_type);
+            if (m.should_retry) jt::field_bool(out, "shouldRetry", *m.should_retry);
             break;
         case message_role::tool_result:
-            out += R"(,"toolCallId":)";
-            jt::append_string(out, m.tool_call_id);
-            out += R"(,"toolName":)";
-            jt::append_string(out, m.tool_name);
-            out += R"(,"isError":)";
-            jt::append_bool(out, m.is_error);
+            jt::field(out, "toolCallId", m.tool_call_id);
+            jt::field(out, "toolName", m.tool_name);
+            jt::field_bool(out, "isError", m.is_error);
             break;
     }
-    out += R"(,"timestamp":)";
-    jt::append_int(out, m.timestamp);
+    jt::field_int(out, "timestamp", m.timestamp);
     out.push_back('}');
 }
 

@@ -81,4 +81,27 @@ inline void append_value(std::string& out, const boost::json::value& v) {
     while (!sr.done()) out += sr.read(buf, sizeof buf);
 }
 
+/// `,"key":value` members after the first one of an object (keys need no escaping). Distinct
+/// names: a std::string would convert to both a string_view and a boost::json::value.
+inline void field(std::string& out, std::string_view key, std::string_view text) {
+    out.push_back(',');
+    append_key(out, key);
+    append_string(out, text);
+}
+inline void field_bool(std::string& out, std::string_view key, bool v) {
+    out.push_back(',');
+    append_key(out, key);
+    append_bool(out, v);
+}
+inline void field_int(std::string& out, std::string_view key, std::int64_t v) {
+    out.push_back(',');
+    append_key(out, key);
+    append_int(out, v);
+}
+inline void field_json(std::string& out, std::string_view key, const boost::json::value& v) {
+    out.push_back(',');
+    append_key(out, key);
+    append_value(out, v);
+}
+
 }  // namespace coagent::json_text
