@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CI steps beyond the ASan+UBSan suite of scripts/test.sh (issue 7, docs/reliability.md):
-#  1. ThreadSanitizer: a g++ -fsanitize=thread tree (build-tsan/) of tests/test_threads.cpp
+#  1. ThreadSanitizer: a g++ -fsanitize=thread tree (build-tsan/) of tests/unit/test_threads.cpp
 #     only — sessions on a thread pool behind strands, poked from other threads.
 #  2. Fuzz smoke: a clang++ tree (build-fuzz/) of the libFuzzer targets in fuzz/, each run for
 #     COAGENT_FUZZ_SECONDS (20) from the checked-in corpus; a crash, leak, timeout (5 s per
@@ -19,19 +19,17 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
 # blocks and in its std::atomic reference counts: this tree builds Asio without both (its
 # reference counts then use __atomic builtins TSan understands; handler invocation is ordered by
 # the scheduler's mutex), so a fence can neither hide a race nor report a false one.
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOAGENT_WERROR=ON \
-  "-DCMAKE_CXX_FLAGS=-DBOOST_ASIO_DISABLE_FENCED_BLOCK -DBOOST_ASIO_DISABLE_STD_ATOMIC" \
-  -DCOAGENT_SANITIZE=thread -DCOAGENT_BENCH=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target coagent_thread_tests
+# (CMakePresets.json "tsan" sets these flags)
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j"$jobs"
 echo "ci-extra: TSan build done at $(elapsed)" >&2
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4" \
   ./build-tsan/bin/coagent_thread_tests
 echo "ci-extra: TSan run done at $(elapsed)" >&2
 
 # ---- 2. fuzz smoke -----------------------------------------------------------------------------
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCOAGENT_FUZZ=ON -DCOAGENT_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs" --target coagent_fuzzers
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j"$jobs"
 echo "ci-extra: fuzz build done at $(elapsed)" >&2
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOAGENT_TESTS=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target coagent
+cmake --preset release >/dev/null   # CMakePresets.json: build/, Release, no tests
+cmake --build --preset release -j"$(nproc)" --target coagent
 echo
 echo "\$ build/bin/coagent -p 'Say hello' --provider faux --faux-script examples/demo/script.json"
 COAGENT_DIR="$PWD/examples/demo" build/bin/coagent --no-session -p "Say hello" \

@@ -5,11 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 start=$(date +%s)
-cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCOAGENT_WERROR=ON -DCOAGENT_SANITIZE=address,undefined -DCOAGENT_BENCH=ON >/dev/null
-cmake --build build-test -j"$(nproc)"
+cmake --preset asan >/dev/null   # CMakePresets.json: Debug, -Werror, ASan+UBSan, benchmarks
+cmake --build --preset asan -j"$(nproc)"
 echo "test.sh: build took $(( $(date +%s) - start )) s" >&2
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-test --output-on-failure --no-tests=error -j"$(nproc)" --timeout 600
+ctest --preset asan -j"$(nproc)"
 echo "test.sh: done in $(( $(date +%s) - start )) s" >&2

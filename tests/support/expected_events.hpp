@@ -1,5 +1,5 @@
 #pragma once
-// Event sequences of design.md's "Events" section that several test programs assert (the
+// Event sequences of docs/architecture.md "Events" that several test programs assert (the
 // session on a manual clock, RPC mode, HTTP over loopback), in the form their brief() helpers
 // print: roles and stop reasons folded in, message_update left out.
 

@@ -1211,7 +1211,7 @@ TEST_CASE("loopback: usage limit with two credentials switches keys at once",
         CHECK(t.result->outcome == prompt_result::status::succeeded);
         auto starts = t.of("auto_retry_start");
         REQUIRE(starts.size() == 1);
-        CHECK(starts[0].at("delayMs") == 0);  // switched: no wait (spec §3 step 7)
+        CHECK(starts[0].at("delayMs") == 0);  // switched: no wait (policy §3 step 7)
         auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 2);
         if (api == api_kind::openai_completions) {

@@ -89,9 +89,9 @@ class fresh_abort_provider final : public provider {
     std::shared_ptr<provider> inner_;
 };
 
-/// abort_retry() while a retried attempt streams aborts that attempt (design.md) and its
-/// auto_retry_end says "Retry cancelled", but prompt() then completes with status aborted and
-/// "Request was aborted" — where abort_retry() during the backoff gives failed / "Retry
+/// abort_retry() while a retried attempt streams aborts that attempt (docs/retry-policy.md, chain
+/// endings) and its auto_retry_end says "Retry cancelled", but prompt() then completes with status
+/// aborted and "Request was aborted" — where abort_retry() during the backoff gives failed / "Retry
 /// cancelled" and prompt_result documents cancelled retries as failed (chaos seed 324). While
 /// open, the schedules accept an aborted result after an abort_retry(); the regression test at
 /// the end of this file shows it.

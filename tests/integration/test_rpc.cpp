@@ -936,6 +936,33 @@ TEST_CASE(
           strings{"auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
 }
 
+TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further request is sent",
+          "[rpc][client][spec-5]") {
+    // a 20 s backoff: only abort_retry() can end this chain before the test's timeouts
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, two_errors_then_ok), env.vars()));
+    std::vector<json::object> events;
+    auto sub = c.on_event([&](const json::object& e) { events.push_back(e); });
+    run_co(io, c.prompt("hi"));
+    REQUIRE(run_until(
+        io, [&] { return !events.empty() && events.back().at("type") == "auto_retry_start"; }));
+    CHECK(run_co(io, c.get_state()).at("isRetrying") == true);
+    run_co(io, c.abort_retry());
+    run_co(io, c.wait_for_settled());
+    auto b = brief(events);
+    CHECK(strings(b.end() - 3, b.end()) ==
+          strings{"auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
+    CHECK(events[events.size() - 2].at("finalError") == "Retry cancelled");
+    auto st = run_co(io, c.get_state());
+    CHECK(st.at("isRetrying") == false);
+    CHECK(st.at("retryAttempt") == 0);
+    // one request only: the history holds the user message and the one error
+    CHECK(run_co(io, c.get_session_stats()).at("assistantMessages") == 1);
+    CHECK(run_co(io, c.stop()) == 0);
+}
+
 TEST_CASE("rpc_client: garbage, early exit, spawn failure and timeouts are clear errors",
           "[rpc][client]") {
     temp_dir d;

@@ -1,7 +1,7 @@
-// Interactive mode without a terminal (issue 5): the event controller (spec §6: the retry
+// Interactive mode without a terminal (issue 5): the event controller (policy §6: the retry
 // loader, the Esc handler saved and restored, the failure line), keys, UTF-8 text layout, the
 // key splitter in front of libedit, and the bottom-region renderer checked on a small
-// terminal emulator. The real terminal is tested under tmux (tests/tui/*.sh).
+// terminal emulator. The real terminal is tested under tmux (tests/integration/tui/*.sh).
 
 #include <coagent/modes/tui_controller.hpp>
 
@@ -40,7 +40,7 @@ message_ptr assistant_msg(std::string text, stop_reason stop = stop_reason::stop
     return m;
 }
 
-/// Drives a controller with the event sequences design.md lists.
+/// Drives a controller with the event sequences of docs/retry-policy.md.
 struct driver {
     tui_controller c;
     tp now = t0;
@@ -122,7 +122,7 @@ struct driver {
 
 }  // namespace
 
-// ---- spec §6: the loader and the Esc handler ------------------------------------------------
+// ---- policy §6: the loader and the Esc handler ------------------------------------------------
 
 TEST_CASE(
     "tui: two errors then success — loader per attempt, Esc handler saved and restored, no failure "

@@ -1,10 +1,15 @@
-// The retry policy inside agent_session, rule by rule (spec/retry-policy.md §1-§10 and the
-// endings table of design.md), on a manual clock with exact event sequences and requests.
+// The retry policy inside agent_session, rule by rule (docs/retry-policy.md §1-§10 and the
+// chain endings of docs/retry-policy.md), on a manual clock with exact event sequences and
+// requests.
 
 #include "support/expected_events.hpp"
 #include "support/session_harness.hpp"
 
+#include <coagent/session/run_step.hpp>
+
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -73,7 +78,7 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     int assistants = 0;
     for (const auto& e : h.session->history().entries())
         if (e.msg && e.msg->role == message_role::assistant) ++assistants;
-    CHECK(assistants == 3);                    // errors stay in the history (spec §11)
+    CHECK(assistants == 3);                    // errors stay in the history (policy §11)
     CHECK(h.session->messages().size() == 2);  // user + reply: the errors left the runtime context
     CHECK_FALSE(h.session->is_retrying());
     CHECK(h.session->retry_attempt() == 0);
@@ -222,6 +227,81 @@ TEST_CASE("abort while a retried attempt streams: aborted never counts as succes
     REQUIRE(ends.size() == 1);
     CHECK(ends[0].at("success").as_bool() == false);
     CHECK(ends[0].at("finalError").as_string() == "Retry cancelled");
+}
+
+namespace {
+/// Call 1 fails with a 503; call 2 starts streaming and then ends only when aborted — and it
+/// ends *inside* the abort request: its cancellation handler completes the stream at once, so
+/// the whole end of the run (message_end, agent_end, the retry machine's decision) happens
+/// within abort_signal::request(). That makes the order of abort()'s two steps visible: the
+/// retry must already be cancelled when the stream's abort lands (§5.3).
+struct inline_abort_provider final : provider {
+    int calls = 0;
+    model_info model() const override { return {"inline", "inline-model", "test", 128000, 4096}; }
+    asio::awaitable<void> stream(const provider_request&, message& out, stream_observer& observer,
+                                 abort_signal& abort) override {
+        if (++calls == 1) {
+            out.stop = stop_reason::error;
+            out.error_message = "503 Service Unavailable";
+            out.error_status = 503;
+            co_return;
+        }
+        observer.on_message_start(out);
+        co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
+            [&abort](auto handler) {
+                // invoked from inside request(): resumes this coroutine at once
+                abort.slot().assign(
+                    [h = std::move(handler)](asio::cancellation_type) mutable { std::move(h)(); });
+            },
+            asio::use_awaitable);
+        out.stop = stop_reason::aborted;
+        out.error_message = "Request was aborted";
+    }
+};
+}  // namespace
+
+TEST_CASE("abort() cancels the retry before it aborts the stream (§5.3): the order is visible",
+          "[session][spec-5]") {
+    asio::io_context io;
+    manual_clock::reset();
+    auto p = std::make_shared<inline_abort_provider>();
+    session_options so;
+    so.executor = io.get_executor();
+    so.model_provider = p;
+    so.clock = clock_kind::manual;
+    agent_session session(std::move(so));
+    std::vector<json::object> events;
+    auto sub = session.subscribe([&](const event& e) { events.push_back(to_json(e)); });
+    std::optional<prompt_result> result;
+    asio::co_spawn(io, session.prompt("hi"),
+                   [&](std::exception_ptr, prompt_result r) { result = std::move(r); });
+    const auto run_ready = [&] {
+        for (int i = 0; i < 1000; ++i) {
+            io.restart();
+            if (io.poll() == 0) break;
+        }
+    };
+    run_ready();
+    for (int i = 0; i < 2000; ++i) {
+        manual_clock::advance(1ms);
+        run_ready();
+    }
+    REQUIRE(p->calls == 2);
+    REQUIRE(session.is_streaming());
+    session.abort();  // the retried attempt ends inside this call
+    run_ready();
+    REQUIRE(result);
+    CHECK(result->outcome == prompt_result::status::aborted);
+    std::vector<json::object> ends;
+    for (const auto& e : events)
+        if (e.at("type") == "auto_retry_end") ends.push_back(e);
+    // had the stream been aborted first, the machine would have seen a plain aborted reply
+    // and ended the chain with that reply's text ("Request was aborted")
+    CHECK(
+        ends ==
+        std::vector<json::object>{obj(
+            R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
+    CHECK(brief(events).back() == "agent_settled");
 }
 
 TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spec-3][spec-10]") {
@@ -379,15 +459,57 @@ TEST_CASE("a retried attempt that overflows ends the chain, then compaction",
     CHECK(hook->calls == 1);
 }
 
-TEST_CASE("the compaction check is skipped on a turn whose retry started (spec 1)",
+TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): the decision",
+          "[session][spec-1]") {
+    // decide_after_run() is what finish_run() performs. A retry that started wins over every
+    // compaction reason: an overflow hand-off and a context above the threshold alike.
+    for (bool to_compaction : {false, true})
+        for (bool over : {false, true})
+            for (bool recovered : {false, true}) {
+                after_run_input in;
+                in.will_retry = true;
+                in.to_compaction = to_compaction;
+                in.over_threshold = over;
+                in.overflow_recovered = recovered;
+                CHECK(decide_after_run(in) == after_run::wait);
+            }
+    // the same inputs without the retry do compact: the rule above is what stops them
+    after_run_input in;
+    in.to_compaction = true;
+    CHECK(decide_after_run(in) == after_run::compact_overflow);
+    in.overflow_recovered = true;
+    CHECK(decide_after_run(in) == after_run::overflow_not_recovered);
+    in.compaction_enabled = false;
+    CHECK(decide_after_run(in) == after_run::settle);
+    after_run_input t;
+    t.over_threshold = true;
+    CHECK(decide_after_run(t) == after_run::compact_threshold);
+    t.chain_ended = true;  // a chain that just ended (failed) is not compacted on threshold
+    CHECK(decide_after_run(t) == after_run::settle);
+    t.chain_ended = false;
+    t.abort_requested = true;
+    CHECK(decide_after_run(t) == after_run::settle);
+}
+
+TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): a session",
           "[session][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
-    // retryable text that also mentions a 503: never compaction
-    harness h(two_errors_then_ok, settings{}, [&](session_options& o) { o.compaction = hook; });
+    // a retryable error, then a reply whose context is above the threshold (window 128000 -
+    // reserve 16384): the retry turns never compact, the successful one does
+    harness h(
+        R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":2},{"text":"big","usage":{"input":120000,"output":10}}])",
+        keep_nothing(), [&](session_options& o) { o.compaction = hook; });
     h.prompt("hi");
-    h.advance(6000ms);
-    REQUIRE(h.done());
     CHECK(hook->calls == 0);
+    h.advance(2000ms);
+    CHECK(hook->calls == 0);
+    h.advance(4000ms);
+    REQUIRE(h.done());
+    CHECK(hook->calls == 1);
+    auto b = brief(h.events);
+    CHECK(std::count(b.begin(), b.end(), "compaction_start") == 1);
+    CHECK(strings(b.end() - 4, b.end()) ==
+          strings{"agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
 }
 
 TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec-3]") {

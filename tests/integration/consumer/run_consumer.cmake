@@ -1,7 +1,7 @@
 # Driver of the ctest tests install_consumer and subdirectory_consumer (cmake -P).
 #   MODE=install: `cmake --install BUILD_DIR --prefix WORK_DIR/prefix`, then configure, build and
-#                 run tests/consumer against that prefix (find_package(coagent)).
-#   MODE=subdir:  configure, build and run tests/consumer_subdir (add_subdirectory of
+#                 run tests/integration/consumer against that prefix (find_package(coagent)).
+#   MODE=subdir:  configure, build and run tests/integration/consumer_subdir (add_subdirectory of
 #                 SOURCE_DIR); its build dir is kept between runs, so a rerun is incremental.
 # Other inputs: SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, BUILD_TYPE, and CXX_FLAGS /
 # LINK_FLAGS (install mode: the sanitizer flags of the installed libraries, which consumers
@@ -32,7 +32,7 @@ if(MODE STREQUAL "install")
       message(FATAL_ERROR "not installed: ${f}")
     endif()
   endforeach()
-  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${build} ${configure_args}
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/integration/consumer -B ${build} ${configure_args}
       -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
   # the package found must be the one just installed
   file(STRINGS ${build}/CMakeCache.txt found REGEX "^coagent_DIR:")
@@ -45,7 +45,7 @@ if(MODE STREQUAL "install")
 elseif(MODE STREQUAL "subdir")
   set(build ${WORK_DIR}/build)
   # this builds coagent's libraries from source: no debug info keeps that quick
-  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer_subdir -B ${build} ${configure_args}
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/integration/consumer_subdir -B ${build} ${configure_args}
       -DCMAKE_CXX_FLAGS_DEBUG=-g0 -DCOAGENT_SOURCE_DIR=${SOURCE_DIR})
   run(${CMAKE_COMMAND} --build ${build} -j2 --target consumer)
   run(${build}/consumer)

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -83,6 +85,38 @@ settings_error expect_error(const std::function<void()>& f) {
     }
     FAIL("no settings_error thrown");
     throw std::logic_error("unreachable");
+}
+
+// Runs f in a forked child and returns what it returned. When the tests run as root (as CI
+// does), the child first becomes the unprivileged user nobody (65534), so file permissions
+// apply to it as to any user. A child that cannot drop its privileges reports that.
+std::string in_unprivileged_child(const std::function<std::string()>& f) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::close(fds[0]);
+        std::string out;
+        if (::geteuid() == 0 &&
+            (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+             ::setresuid(65534, 65534, 65534) != 0))
+            out = "cannot become an unprivileged user";
+        else
+            out = f();
+        (void)!::write(fds[1], out.data(), out.size());
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+        out.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    return out;
 }
 
 // Restores an environment variable when the test ends.
@@ -347,17 +381,24 @@ TEST_CASE("an empty file is an error", "[settings]") {
 TEST_CASE("an unreadable file is an error naming the file and the reason", "[settings]") {
     temp_dir dir;
     SECTION("permission denied") {
-        if (::geteuid() == 0) {
-            WARN("running as root, which can read a chmod 000 file: check skipped");
-            return;
-        }
+        // root reads a chmod 000 file, and CI runs as root: the load then runs in a child that
+        // has become an unprivileged user (nobody), so the check holds whoever runs the tests
         write_file(dir.global(), "{}");
         fs::permissions(dir.global(), fs::perms::none);
-        const auto e =
-            expect_error([&] { (void)settings_store::load(dir.global(), dir.project()); });
-        CHECK(e.file == dir.global().string());
-        CHECK(std::string(e.what()) == dir.global().string() + ": cannot open it: " +
-                                           std::generic_category().message(EACCES));
+        for (fs::path d = dir.global().parent_path(); d != dir.path.parent_path();
+             d = d.parent_path())
+            fs::permissions(d,
+                            fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+        const std::string what = in_unprivileged_child([&]() -> std::string {
+            try {
+                (void)settings_store::load(dir.global(), dir.project());
+            } catch (const settings_error& e) {
+                return e.file + "|" + e.what();
+            }
+            return "no settings_error thrown";
+        });
+        CHECK(what == dir.global().string() + "|" + dir.global().string() +
+                          ": cannot open it: " + std::generic_category().message(EACCES));
     }
     SECTION("a directory where the file should be") {
         fs::create_directories(dir.project());

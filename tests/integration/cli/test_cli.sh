@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The coagent executable from outside: print/json modes, exit codes, stderr lines, bad input,
-# --faux-log, classify. Usage: test_cli.sh <path to coagent> <path to shared/>
+# --faux-log, classify. Usage: test_cli.sh <path to coagent> <path to tests/data>
 set -uo pipefail
 COAGENT=$(realpath "$1")
-SHARED=$(realpath "$2")
+DATA=$(realpath "$2")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export COAGENT_DIR="$work/home"
@@ -114,7 +114,7 @@ while IFS= read -r line; do
   [ -n "$status" ] && args+=(--status "$status")
   kind=$("$COAGENT" "${args[@]}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).kind))')
   check "classify: $msg" [ "$kind" = "$expect" ]
-done < "$SHARED/data/provider-errors.jsonl"
+done < "$DATA/provider-errors.jsonl"
 "$COAGENT" classify --message "429 Too Many Requests retry-after-ms=1500" --now 0 >out.txt
 check "classify prints the hint" equals out.txt '{"kind":"retryable","retryable":true,"rule":"retryable/too many requests","retryAfterMs":1500}' || cat out.txt >&2
 

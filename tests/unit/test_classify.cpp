@@ -1,5 +1,5 @@
-// coagent::classify — spec §2 and Appendix A: decision order, pattern table, message gate,
-// silent overflow, retry hints, JSON output. Every line of shared/data/provider-errors.jsonl
+// coagent::classify — policy §2 and Appendix A: decision order, pattern table, message gate,
+// silent overflow, retry hints, JSON output. Every line of tests/data/provider-errors.jsonl
 // is registered as its own test case at start-up.
 
 #include <catch2/catch.hpp>
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#ifndef COAGENT_SHARED_DIR
-#error "COAGENT_SHARED_DIR must be defined (absolute path of the shared/ folder)"
+#ifndef COAGENT_SOURCE_DIR
+#error "COAGENT_SOURCE_DIR must be defined (absolute path of the source tree)"
 #endif
 
 namespace {
@@ -116,7 +116,8 @@ struct register_jsonl_cases {
     }
 
     register_jsonl_cases() {
-        const std::string path = std::string(COAGENT_SHARED_DIR) + "/data/provider-errors.jsonl";
+        const std::string path =
+            std::string(COAGENT_SOURCE_DIR) + "/tests/data/provider-errors.jsonl";
         std::ifstream in(path);
         if (!in) {
             add(new failing_case("cannot read " + path), "provider-errors.jsonl is readable");
@@ -579,4 +580,80 @@ TEST_CASE("to_json and to_string", "[classify][json]") {
     CHECK(s(text("prompt is too long")) ==
           R"({"kind":"context_overflow","retryable":false,"rule":"overflow/prompt is too long"})");
     CHECK(s(text("401 Unauthorized", 401)) == R"({"kind":"none","retryable":false,"rule":"none"})");
+}
+
+// ---- the policy document's tables are generated from this table ------------------------------
+
+namespace {
+
+std::string md_cell(std::string_view s) {
+    std::string out;
+    for (char ch : s) {
+        if (ch == '|')
+            out += "\\|";  // a pipe inside a table cell (GFM), also in code spans
+        else if (ch == '\n')
+            out += ' ';
+        else
+            out += ch;
+    }
+    return out;
+}
+
+/// The Appendix A block of docs/retry-policy.md, as this table says it must read.
+std::string generated_pattern_tables() {
+    std::ostringstream o;
+    o << "Pattern table version `" << coagent::pattern_table_version << "` ("
+      << pattern_table().size()
+      << " entries). Every regular expression is RE2 syntax, matched case-insensitively anywhere "
+         "in the text; a decision names its entry as `<table>/<name>`.\n";
+    const std::pair<std::string_view, std::string_view> titles[] = {
+        {"overflow",
+         "Context overflow (wins over every retryable pattern, unless an exclusion matches)"},
+        {"non_overflow", "Non-overflow exclusions"},
+        {"usage_limit", "Usage limit (a retryable subclass, §3 step 7)"},
+        {"retryable", "Retryable"},
+        {"hint", "Retry hints (tried in this order; the first form that matches gives the wait)"},
+    };
+    for (const auto& [table, title] : titles) {
+        o << "\n**" << title << "**\n\n| entry | regex | source | example |\n|---|---|---|---|\n";
+        for (const auto& e : pattern_table())
+            if (e.table == table)
+                o << "| `" << md_cell(e.name) << "` | `" << md_cell(e.regex) << "` | "
+                  << md_cell(e.source) << " | `" << md_cell(e.example) << "` |\n";
+    }
+    o << "\n**Retryable HTTP statuses** (when the provider gave one; rule `status/<code>`)\n\n"
+         "| status | meaning |\n|---|---|\n";
+    for (const auto& s : coagent::retryable_statuses())
+        o << "| " << s.code << " | " << md_cell(s.source) << " |\n";
+    return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("docs: the pattern tables of docs/retry-policy.md are the classifier's",
+          "[classify][table][docs]") {
+    const std::string path = std::string(COAGENT_SOURCE_DIR) + "/docs/retry-policy.md";
+    std::ifstream in(path);
+    REQUIRE(in);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    const std::string doc = buf.str();
+    const std::string begin = "<!-- pattern-table:begin";
+    const std::string end = "<!-- pattern-table:end -->";
+    const auto b = doc.find(begin);
+    REQUIRE(b != std::string::npos);
+    const auto body = doc.find('\n', b) + 1;
+    const auto e = doc.find(end, body);
+    REQUIRE(e != std::string::npos);
+    const std::string in_doc = doc.substr(body, e - body);
+    const std::string want = generated_pattern_tables();
+    if (in_doc != want) {
+        // the block to paste: written next to the test binary's working directory
+        std::ofstream("pattern-tables.generated.md") << want;
+        FAIL("the Appendix A block of "
+             << path
+             << " differs from classify/src/patterns.cpp: replace the block between the "
+                "pattern-table markers with pattern-tables.generated.md (written in the "
+                "test's working directory)");
+    }
 }

@@ -1,4 +1,4 @@
-// Model fallback on the usage-limit path (retry.fallbackChains, design.md) and runtime model
+// Model fallback on the usage-limit path (retry.fallbackChains, docs/settings.md) and runtime model
 // switching (set_model): the plain rules of model_fallback, then the session performing them
 // on a manual clock with exact event sequences and the requests each model received.
 

@@ -1,4 +1,4 @@
-// coagent_crash_helper: the checking half of the crash-safety scripts in tests/crash/.
+// coagent_crash_helper: the checking half of the crash-safety scripts in tests/integration/crash/.
 //
 //   check-session EVENTS SESSION_FILE   every message whose message_end is in EVENTS (the
 //                                       stdout of a killed `coagent --mode rpc`; a torn last

@@ -116,6 +116,40 @@ TEST_CASE("retry machine: table of agent_end decisions", "[retry][spec-3][spec-4
 }
 
 TEST_CASE(
+    "retry machine: the max-exceeded end reports retryAttempt - 1, not retry.maxRetries (§4.3)",
+    "[retry][spec-4]") {
+    // retry.maxRetries lowered during a chain: the counter is incremented before the check
+    // (§4.1), and the end reports the number of the last retry made, retryAttempt - 1
+    struct row {
+        int attempts_before;
+        int lowered_to;
+        int want_end_attempt;
+    };
+    for (const row r : {row{2, 1, 2}, row{1, 0, 1}, row{3, 1, 3}, row{2, 0, 2}}) {
+        INFO("after " << r.attempts_before << " retries, maxRetries lowered to " << r.lowered_to);
+        retry_machine m;
+        retry_settings s;  // 3 retries
+        for (int i = 0; i < r.attempts_before; ++i) {
+            auto msg = error_msg("503");
+            REQUIRE(m.on_agent_end(&msg, retryable(), s).will_retry);
+            m.begin_wait();
+            REQUIRE(m.on_wait_done(true).resume);
+        }
+        s.max_retries = r.lowered_to;
+        auto msg = error_msg("503 again");
+        auto d = m.on_agent_end(&msg, retryable(), s);
+        CHECK_FALSE(d.will_retry);
+        CHECK_FALSE(d.start);
+        REQUIRE(d.end);
+        CHECK_FALSE(d.end->success);
+        CHECK(d.end->attempt == r.want_end_attempt);
+        CHECK(d.end->attempt != s.max_retries);
+        CHECK(d.end->final_error == "503 again");
+        CHECK(m.attempt() == 0);
+    }
+}
+
+TEST_CASE(
     "retry machine: success after a retry ends with success at message_end; chain until agent_end",
     "[retry][spec-3]") {
     retry_machine m;
@@ -231,7 +265,8 @@ TEST_CASE("retry machine: overflow goes to compaction, retryable never does", "[
     CHECK_FALSE(d2.to_compaction);
 }
 
-// ---- additions beyond the spec (design.md "Beyond the reference"), all off by default ---------
+// ---- additions beyond the spec (docs/architecture.md "Beyond the reference"), all off by default
+// ---------
 
 namespace {
 
@@ -436,16 +471,13 @@ TEST_CASE("retry machine: x-should-retry false stops the chain only with honorSh
         retry_machine m;
         CHECK(m.on_agent_end(&e, retryable(), s, true).will_retry);
     }
-}
-
-TEST_CASE("retry machine: x-should-retry false stops the chain only with retry.honorShouldRetry",
-          "[retry]") {
-    auto e = error_msg("503 overloaded");
-    e.should_retry = false;
-    retry_settings s;
-    retry_machine m;
-    CHECK(m.on_agent_end(&e, retryable(), s).will_retry);  // recorded, not honoured by default
-    retry_machine m2;
-    s.honor_should_retry = true;
-    CHECK_FALSE(m2.on_agent_end(&e, retryable(), s).will_retry);
+    {
+        // the 3-argument form reads the header's value from the message
+        auto vetoed = error_msg("503 Service Unavailable");
+        vetoed.should_retry = false;
+        retry_machine m;
+        CHECK_FALSE(m.on_agent_end(&vetoed, retryable(), s).will_retry);
+        retry_machine m2;
+        CHECK(m2.on_agent_end(&vetoed, retryable(), retry_settings{}).will_retry);
+    }
 }
