@@ -49,7 +49,7 @@ int main() {
     });
 
     int exit_code = 1;
-    // a captureless coroutine with its state as parameters (conventions.md, g++ 12)
+    // a captureless coroutine with its state as parameters (docs/contributing.md, g++ 12)
     auto run = [](coagent::agent_session& s, int& rc) -> asio::awaitable<void> {
         coagent::prompt_result r = co_await s.prompt("Say hello");
         if (r.outcome == coagent::prompt_result::status::succeeded) {

@@ -1,4 +1,4 @@
-// Error classification (spec §2, Appendix A): the decision order and the message gate.
+// Error classification (policy §2, Appendix A): the decision order and the message gate.
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/classify/patterns.hpp>

@@ -1,4 +1,4 @@
-// The pattern table of spec Appendix A: the one place where classification patterns live.
+// The pattern table of policy Appendix A: the one place where classification patterns live.
 // Change an entry → bump pattern_table_version (patterns.hpp) and keep its example matching.
 //
 // Order matters inside a table: the first entry that matches names the decision
@@ -102,7 +102,7 @@ constexpr std::array table{
     pattern_entry{"non_overflow", "too many requests", R"re(too many requests)re",
                   "generic (pi-ai overflow.ts)", "Too many requests: token limit exceeded"},
 
-    // ---- usage limit: a retryable subclass that goes through the auth storage (spec §3.7) --
+    // ---- usage limit: a retryable subclass that goes through the auth storage (policy §3.7) --
     pattern_entry{"usage_limit", "usage.?limit", R"re(usage.?limit)re",
                   "subscription plans (Claude, ChatGPT/Codex)",
                   "You have reached your usage limit for this period"},
@@ -130,30 +130,30 @@ constexpr std::array table{
 
     // ---- retryable: the specification's list (§2), spelled as the reference spells it ------
     pattern_entry{"retryable", "overloaded", R"re(overloaded)re",
-                  "spec §2 (Anthropic overloaded_error)", "Overloaded"},
-    pattern_entry{"retryable", "rate.?limit", R"re(rate.?limit)re", "spec §2",
+                  "policy §2 (Anthropic overloaded_error)", "Overloaded"},
+    pattern_entry{"retryable", "rate.?limit", R"re(rate.?limit)re", "policy §2",
                   "Rate limit exceeded"},
-    pattern_entry{"retryable", "usage.?limit", R"re(usage.?limit)re", "spec §2",
+    pattern_entry{"retryable", "usage.?limit", R"re(usage.?limit)re", "policy §2",
                   "usage limit exceeded"},
-    pattern_entry{"retryable", "too many requests", R"re(too many requests)re", "spec §2",
+    pattern_entry{"retryable", "too many requests", R"re(too many requests)re", "policy §2",
                   "Too Many Requests"},
-    pattern_entry{"retryable", "429", R"re(\b429\b)re", "spec §2 (whole token)", "HTTP 429"},
-    pattern_entry{"retryable", "500", R"re(\b500\b)re", "spec §2 (whole token)", "HTTP 500"},
-    pattern_entry{"retryable", "502", R"re(\b502\b)re", "spec §2 (whole token)",
+    pattern_entry{"retryable", "429", R"re(\b429\b)re", "policy §2 (whole token)", "HTTP 429"},
+    pattern_entry{"retryable", "500", R"re(\b500\b)re", "policy §2 (whole token)", "HTTP 500"},
+    pattern_entry{"retryable", "502", R"re(\b502\b)re", "policy §2 (whole token)",
                   "upstream said 502"},
-    pattern_entry{"retryable", "503", R"re(\b503\b)re", "spec §2 (whole token)", "status=503"},
-    pattern_entry{"retryable", "504", R"re(\b504\b)re", "spec §2 (whole token)", "(504)"},
-    pattern_entry{"retryable", "service.?unavailable", R"re(service.?unavailable)re", "spec §2",
+    pattern_entry{"retryable", "503", R"re(\b503\b)re", "policy §2 (whole token)", "status=503"},
+    pattern_entry{"retryable", "504", R"re(\b504\b)re", "policy §2 (whole token)", "(504)"},
+    pattern_entry{"retryable", "service.?unavailable", R"re(service.?unavailable)re", "policy §2",
                   "Service Unavailable"},
-    pattern_entry{"retryable", "server.?error", R"re(server.?error)re", "spec §2",
+    pattern_entry{"retryable", "server.?error", R"re(server.?error)re", "policy §2",
                   R"re({"error":{"type":"server_error"}})re"},
-    pattern_entry{"retryable", "internal.?error", R"re(internal.?error)re", "spec §2",
+    pattern_entry{"retryable", "internal.?error", R"re(internal.?error)re", "policy §2",
                   "Internal error encountered."},
-    pattern_entry{"retryable", "connection.?error", R"re(connection.?error)re", "spec §2",
+    pattern_entry{"retryable", "connection.?error", R"re(connection.?error)re", "policy §2",
                   "Connection error."},
-    pattern_entry{"retryable", "fetch failed", R"re(fetch failed)re", "spec §2 (Node.js fetch)",
+    pattern_entry{"retryable", "fetch failed", R"re(fetch failed)re", "policy §2 (Node.js fetch)",
                   "TypeError: fetch failed"},
-    pattern_entry{"retryable", "retry delay", R"re(retry delay)re", "spec §2 (Gemini CLI)",
+    pattern_entry{"retryable", "retry delay", R"re(retry delay)re", "policy §2 (Gemini CLI)",
                   "Gemini CLI: retry delay exceeded"},
     // later reference versions: transport phrases users meet daily
     pattern_entry{"retryable", "network.?error", R"re(network.?error)re", "transport",

@@ -1,4 +1,4 @@
-// Retry hints in error texts (spec Appendix A): the forms of the "hint" table, tried in
+// Retry hints in error texts (policy Appendix A): the forms of the "hint" table, tried in
 // order. Dates are converted by hand with civil-date arithmetic (no locale, no TZ, no timegm);
 // every number saturates at int64 limits instead of overflowing.
 

@@ -569,8 +569,9 @@ class interactive_ui {
         }
     }
 
-    /// The TUI toggle of design.md: a runtime override for this session (and the next), and
-    /// retry.enabled persisted to the global settings file, as the RPC command does.
+    /// The TUI toggle of docs/architecture.md "Configuration": a runtime override for this session
+    /// (and the next), and retry.enabled persisted to the global settings file, as the RPC command
+    /// does.
     void set_auto_retry(bool enabled) {
         session_->set_auto_retry_enabled(enabled);
         auto& store = app_.settings_layers();

@@ -119,7 +119,7 @@ void tui_controller::on_event(const event& e, time_point now) {
             "\u2190 " + te->tool_name + (te->is_error ? " failed: " : ": ") +
                 one_line(result, 200));
     } else if (const auto* rs = std::get_if<auto_retry_start_event>(&e)) {
-        // spec §6: save the current Esc handler, Esc now cancels the retry
+        // policy §6: save the current Esc handler, Esc now cancels the retry
         if (!saved_esc_) saved_esc_ = esc_;
         esc_ = esc_action::abort_retry;
         loader_ = loader_kind::retry;

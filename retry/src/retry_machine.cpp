@@ -70,7 +70,7 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         return d;
     }
 
-    ++attempt_;  // counted before the max check (spec §4)
+    ++attempt_;  // counted before the max check (policy §4)
     chain_active_ = true;
     if (attempt_ > s.max_retries) {
         d.end = auto_retry_end_event{false, attempt_ - 1, error_text(last)};

@@ -1,5 +1,6 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/session/agent_session.hpp>
+#include <coagent/session/run_step.hpp>
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -276,13 +277,14 @@ void agent_session::abort_retry() {
     if (machine_.abort_retry())
         backoff_.cancel();
     else if (retried_in_flight)
-        abort_.request();  // the retried attempt is aborted too (design.md endings table)
+        abort_
+            .request();  // the retried attempt is aborted too (docs/retry-policy.md, chain endings)
 }
 
 void agent_session::abort() {
     if (!busy_) return;
     user_abort_ = true;
-    if (machine_.abort()) backoff_.cancel();  // the retry is cancelled first (spec §5)
+    if (machine_.abort()) backoff_.cancel();  // the retry is cancelled first (policy §5)
     abort_.request();                         // then the stream in flight
     // queued messages are dropped: their prompts complete aborted at the settle, whatever runs
     // before it (a message queued after this call, while the aborted run winds down, still runs)
@@ -459,16 +461,27 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
         emit(*d.end);
     }
     if (fallback) emit(*fallback);
-    if (d.will_retry) {
-        step.wait = true;
-        step.delay_ms = d.start->delay_ms;
-        emit(*d.start);
-        drop_trailing_failed_assistant();  // after the start event (spec §3 step 9)
-    } else if (d.to_compaction && config_.compaction.enabled) {
-        if (!overflow_recovered) {
+    after_run_input in;
+    in.will_retry = d.will_retry;
+    in.chain_ended = d.end.has_value();
+    in.to_compaction = d.to_compaction;
+    in.compaction_enabled = config_.compaction.enabled;
+    in.overflow_recovered = overflow_recovered;
+    in.abort_requested = abort_.requested();
+    in.over_threshold = !d.will_retry && !d.to_compaction && last &&
+                        over_threshold(*last, provider_->model(), config_.compaction);
+    switch (decide_after_run(in)) {
+        case after_run::wait:
+            step.wait = true;
+            step.delay_ms = d.start->delay_ms;
+            emit(*d.start);
+            drop_trailing_failed_assistant();  // after the start event (§3 step 9)
+            break;
+        case after_run::compact_overflow:
             step.compact = true;
             step.reason = compaction_reason::overflow;
-        } else {
+            break;
+        case after_run::overflow_not_recovered: {
             // one overflow recovery per user prompt (the reference's rule)
             compaction_end_event e;
             e.reason = "overflow";
@@ -478,11 +491,14 @@ agent_session::next_step agent_session::finish_run(run_outcome out, bool overflo
                 "the context (start a new session) or switching to a model with a larger context "
                 "window.";
             emit(std::move(e));
+            break;
         }
-    } else if (last && !d.end && config_.compaction.enabled && !abort_.requested() &&
-               over_threshold(*last, provider_->model(), config_.compaction)) {
-        step.compact = true;
-        step.reason = compaction_reason::threshold;
+        case after_run::compact_threshold:
+            step.compact = true;
+            step.reason = compaction_reason::threshold;
+            break;
+        case after_run::settle:
+            break;
     }
     return step;
 }
@@ -532,8 +548,8 @@ std::string_view reason_text(compaction_reason r) {
 
 // How a compaction that produced no summary ends. abort_ is requested by abort() (user_abort)
 // and by abort_retry() while a retried summary attempt streams: the latter cancels only the
-// retry of the summary request, so the compaction fails; it is not aborted (design.md
-// endings table), whatever the hook said.
+// retry of the summary request, so the compaction fails; it is not aborted (docs/retry-policy.md,
+// chain endings endings table), whatever the hook said.
 struct compaction_failure {
     bool aborted = false;
     std::string error;

@@ -36,9 +36,12 @@ std::string errno_text(int err) {
     return std::generic_category().message(err);
 }
 
-[[noreturn]] void throw_read(const std::string& label, int err) {
+// "cannot open it" when open() fails (permissions, a file where a directory should be),
+// "cannot read it" when read() does (a directory where the file should be)
+[[noreturn]] void throw_read(const std::string& label, int err, const char* verb = "read") {
     const std::string text = errno_text(err);
-    throw settings_error(label, "", "a readable file", text, label + ": cannot read it: " + text);
+    throw settings_error(label, "", "a readable file", text,
+                         label + ": cannot " + verb + " it: " + text);
 }
 
 [[noreturn]] void throw_write(const std::string& label, const std::string& action, int err) {
@@ -122,7 +125,7 @@ std::optional<std::string> read(const fs::path& p, const std::string& label, std
     fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
     if (f.fd < 0) {
         if (errno == ENOENT) return std::nullopt;
-        throw_read(label, errno);
+        throw_read(label, errno, "open");
     }
     const auto too_large = [&] {
         const std::string limit =

@@ -1,5 +1,5 @@
 #pragma once
-// Pure error classification (spec §2 and Appendix A): is an assistant error retryable, a
+// Pure error classification (policy §2 and Appendix A): is an assistant error retryable, a
 // usage limit, or a context overflow; and what retry hint does its text carry. No I/O.
 
 #include <coagent/runtime/message.hpp>

@@ -1,5 +1,5 @@
 #pragma once
-// The versioned pattern table behind classify() (spec Appendix A): every regular expression
+// The versioned pattern table behind classify() (policy Appendix A): every regular expression
 // the classifier uses, each with the provider it comes from and an example it must match.
 
 #include <cstddef>
@@ -36,7 +36,7 @@ enum class hint_form {
 /// "retryable", "hint"; a decision names the entry as "<table>/<name>".
 struct pattern_entry {
     std::string_view table;
-    std::string_view name;     // the spelling of spec Appendix A (for hints: a short label)
+    std::string_view name;     // the spelling of policy Appendix A (for hints: a short label)
     std::string_view regex;    // RE2 syntax; compiled case-insensitive, UTF-8
     std::string_view source;   // provider / origin of the pattern
     std::string_view example;  // a text the entry matches (checked by the tests)

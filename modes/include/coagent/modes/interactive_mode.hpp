@@ -1,7 +1,7 @@
 #pragma once
 // Interactive mode (`coagent` on a terminal): a chat with a scrolling transcript, streamed
 // replies, an input editor (libedit) at the bottom and a status line; the retry loader and the
-// Esc handler follow spec §6 (see tui_controller.hpp and docs/tui.md).
+// Esc handler follow policy §6 (see tui_controller.hpp and docs/tui.md).
 
 #include <coagent/modes/app.hpp>
 

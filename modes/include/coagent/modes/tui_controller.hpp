@@ -1,6 +1,6 @@
 #pragma once
 // The sans-io half of the interactive terminal UI: the event controller (session events, keys
-// and clock ticks in; transcript, loader, status and the active Esc action out — spec §6), the
+// and clock ticks in; transcript, loader, status and the active Esc action out — policy §6), the
 // key splitter that sits in front of the line editor, UTF-8 display-width text layout, and the
 // bottom-region renderer that turns rows into the few terminal bytes that changed. No terminal,
 // no Asio, no libedit here: modes/src/interactive_mode.cpp performs what these decide.

@@ -1,6 +1,6 @@
 #pragma once
 // $COAGENT_DIR/auth.json: API keys per provider, several per provider, and the usage-limit
-// bookkeeping (spec §3 step 7), shared by every coagent process of the user:
+// bookkeeping (policy §3 step 7), shared by every coagent process of the user:
 //
 //   {"openai":[{"type":"api_key","key":"sk-…"},{"type":"api_key","key":"sk-…","blockedUntil":1764450000000}],
 //    "anthropic":{"type":"api_key","key":"sk-ant-…"}}

@@ -2,7 +2,7 @@
 // The wire formats of the HTTP providers, sans-io: request bodies for OpenAI chat completions and
 // Anthropic Messages, the stream decoders that turn their SSE events into an assistant message,
 // the error text of a failed response, and the retry hint taken from response headers
-// (spec Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now is a parameter).
+// (policy Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now is a parameter).
 
 #include <coagent/providers/sse_parser.hpp>
 #include <coagent/session/provider.hpp>
@@ -59,9 +59,9 @@ struct error_details {
     std::string type;  ///< the provider's error type (or code) when the body names one
 };
 
-/// The error text of a non-2xx response (design.md "Error text"). The message is the body's
-/// `error.message` (OpenAI and Anthropic), else `message`, else a string `error`; a JSON body
-/// without any of them is shown compactly; a non-JSON body as text (trimmed, at most 1000
+/// The error text of a non-2xx response (docs/architecture.md "Error text"). The message is the
+/// body's `error.message` (OpenAI and Anthropic), else `message`, else a string `error`; a JSON
+/// body without any of them is shown compactly; a non-JSON body as text (trimmed, at most 1000
 /// bytes); an empty body gives "<status> status code (no body)".
 error_details http_error_text(int status, std::string_view body);
 

@@ -1,5 +1,5 @@
 #pragma once
-// Backoff policy (spec §4): baseDelayMs * 2^(attempt-1), saturating instead of overflowing; and
+// Backoff policy (policy §4): baseDelayMs * 2^(attempt-1), saturating instead of overflowing; and
 // the opt-in refinements beyond the spec (jitter, server hints as a floor, a maximum wait).
 
 #include <coagent/runtime/settings.hpp>

@@ -1,6 +1,6 @@
 #pragma once
-// Model fallback on the usage-limit path (design.md, `retry.fallbackChains`), as plain code: no
-// I/O, no clock. The session asks it what to switch to and performs the switch.
+// Model fallback on the usage-limit path (docs/settings.md, `retry.fallbackChains`), as plain code:
+// no I/O, no clock. The session asks it what to switch to and performs the switch.
 //
 // Rules:
 // - It applies only when the auth storage could not switch credentials.

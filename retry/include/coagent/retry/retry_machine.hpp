@@ -1,6 +1,6 @@
 #pragma once
-// The retry state machine (spec §3-§5, design.md's endings table) as plain code: no I/O, no
-// clock, no executor. The session feeds it what happened and performs what it decides.
+// The retry state machine (policy §3-§5, the chain endings of docs/retry-policy.md) as plain code:
+// no I/O, no clock, no executor. The session feeds it what happened and performs what it decides.
 //
 // Inputs:  assistant_message_end, agent_end, abort_retry, abort, wait_done.
 // Outputs: events to emit (auto_retry_start / auto_retry_end), whether the trailing error
@@ -72,7 +72,7 @@ class retry_machine {
     agent_end_decision on_agent_end(const message* last, const classification& c,
                                     const retry_settings& s, std::optional<bool> should_retry);
 
-    /// The auth storage switched credential/model: the wait becomes 0 (spec §3 step 7); a chain
+    /// The auth storage switched credential/model: the wait becomes 0 (policy §3 step 7); a chain
     /// that a too-long server hint was about to end goes on.
     void usage_switch_succeeded(agent_end_decision& d) noexcept;
 

@@ -1,6 +1,6 @@
 #pragma once
 // A sticky abort request: requested() stays true after request(), so a request that lands
-// while nothing is bound to the slot is still seen after the next resume (conventions.md).
+// while nothing is bound to the slot is still seen after the next resume (docs/contributing.md).
 
 #include <boost/asio/cancellation_signal.hpp>
 

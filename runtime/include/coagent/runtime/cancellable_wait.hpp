@@ -57,7 +57,8 @@ class cancellable_wait {
     /// the awaiting coroutine) ended it first. Runs on the executor given at construction; the
     /// object must outlive the wait. A non-positive duration arms no timer: it posts and
     /// completes with true. A cancel() that lands after the timer fired but before resumption
-    /// is not seen here: callers keep a sticky flag (conventions.md) and check it after resuming.
+    /// is not seen here: callers keep a sticky flag (docs/contributing.md) and check it after
+    /// resuming.
     asio::awaitable<bool> wait(std::chrono::nanoseconds d) {
         if (d <= std::chrono::nanoseconds::zero()) {
             co_await asio::post(executor(), asio::use_awaitable);

@@ -1,6 +1,6 @@
 #pragma once
 // Session events: typed values on the hot path, serialised to the reference agent's JSON
-// shapes (design.md "Events") only where a consumer needs JSON (RPC, json mode, logs).
+// shapes (docs/architecture.md "Events") only where a consumer needs JSON (RPC, json mode, logs).
 
 #include <coagent/runtime/message.hpp>
 

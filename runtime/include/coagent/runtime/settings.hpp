@@ -1,6 +1,6 @@
 #pragma once
-// Settings as plain structs; the defaults here are the schema's defaults (spec §4, design.md).
-// Loading, layering and validation live in session/settings_loader.
+// Settings as plain structs; the defaults here are the schema's defaults (policy §4,
+// docs/settings.md). Loading, layering and validation live in session/settings_loader.
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@ using fallback_chains = std::vector<std::pair<std::string, std::vector<std::stri
 // (members ordered so that the flags share one word: every session holds a copy)
 struct retry_settings {
     bool enabled = true;  // retry.enabled
-    // Beyond the spec (design.md), all off by default:
+    // Beyond the spec (docs/retry-policy.md, chain endings), all off by default:
     bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
     // retry.honorShouldRetry: `x-should-retry: false` stops the chain
     bool honor_should_retry = false;
@@ -33,8 +33,8 @@ struct retry_settings {
     retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
     // retry.fallbackRevertPolicy
     fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;
-    // Model fallback on the usage-limit path (design.md; empty = off). Shared and immutable so
-    // a settings copy per session stays small.
+    // Model fallback on the usage-limit path (docs/settings.md; empty = off). Shared and immutable
+    // so a settings copy per session stays small.
     std::shared_ptr<const fallback_chains> fallback;  // retry.fallbackChains
 };
 

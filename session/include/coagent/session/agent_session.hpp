@@ -1,6 +1,6 @@
 #pragma once
 // agent_session: one conversation with a model on one executor, with the automatic retry
-// policy of spec/retry-policy.md. `co_await session.prompt(text)` completes only when the
+// policy of docs/retry-policy.md. `co_await session.prompt(text)` completes only when the
 // turn, any retry chain started in it, any compaction continuation and queued follow-ups
 // have ended; `agent_settled` is its last event.
 

@@ -1,5 +1,5 @@
 #pragma once
-// Credentials and the usage-limit path (spec §3 step 7): when a usage limit is reached the
+// Credentials and the usage-limit path (policy §3 step 7): when a usage limit is reached the
 // session asks the auth storage to put the current credential aside; if it could switch to
 // another one the retry waits 0 ms.
 

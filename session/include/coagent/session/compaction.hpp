@@ -1,7 +1,7 @@
 #pragma once
-// Compaction (spec §1: the path a context overflow is handed to; design.md "Compaction").
-// Planning is plain code (what to summarise, what to keep); the summary itself comes from a
-// compaction_hook — by default model_summarizer, which asks the session's model.
+// Compaction (policy §1: the path a context overflow is handed to; docs/architecture.md
+// "Compaction"). Planning is plain code (what to summarise, what to keep); the summary itself comes
+// from a compaction_hook — by default model_summarizer, which asks the session's model.
 
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/message.hpp>

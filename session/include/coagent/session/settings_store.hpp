@@ -1,6 +1,6 @@
 #pragma once
-// Layered, validated settings (design.md "Configuration"): schema defaults < global file <
-// project file < runtime overrides, merged into a coagent::settings. The schema (known keys,
+// Layered, validated settings (docs/architecture.md "Configuration"): schema defaults < global file
+// < project file < runtime overrides, merged into a coagent::settings. The schema (known keys,
 // types, ranges, defaults) is one table in settings_store.cpp.
 
 #include <coagent/runtime/settings.hpp>
