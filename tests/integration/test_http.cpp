@@ -554,7 +554,10 @@ TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)",
     CHECK(lb.stream_once(p, req, obs, abort).error_message ==
           "429 status code (no body) retry-after-ms=2500");
     CHECK(lb.stream_once(p, req, obs, abort).error_message == "429 slow down retry-after-ms=10");
-    CHECK(lb.stream_once(p, req, obs, abort).error_message == "503 status code (no body)");
+    const auto vetoed = lb.stream_once(p, req, obs, abort);
+    CHECK(vetoed.error_message == "503 status code (no body)");
+    // §2.7: the header is recorded on the message (honoured only with retry.honorShouldRetry)
+    CHECK(vetoed.should_retry == std::optional<bool>(false));
 }
 
 TEST_CASE("a connection dropped mid-stream is a retryable connection error", "[http][loopback]") {

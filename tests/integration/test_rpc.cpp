@@ -645,6 +645,29 @@ TEST_CASE("rpc mode: two errors then success, exact retry events; get_state duri
     CHECK(p.wait_exit() == 0);
 }
 
+TEST_CASE("rpc mode: a chain run to exhaustion: the exact failed auto_retry_end line (§9.8)",
+          "[rpc][process][retry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":1,"maxRetries":2}})");
+    rpc_process p(
+        env,
+        fa({},
+           R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":3}])"));
+    p.next();
+    const auto start = p.position();
+    p.call("p", "prompt", {{"message", "hi"}});
+    CHECK(
+        p.next_of("auto_retry_end") ==
+        obj(R"({"type":"auto_retry_end","success":false,"attempt":2,"finalError":"503 Service Unavailable: upstream overloaded"})"));
+    p.next_of("agent_settled");
+    auto b = brief(p.since(start));
+    CHECK(std::count(b.begin(), b.end(), "auto_retry_end{fail,2}") == 1);
+    CHECK(std::count(b.begin(), b.end(), "agent_end{retry}") == 2);
+    CHECK(strings(b.end() - 3, b.end()) ==
+          strings{"agent_end{final}", "auto_retry_end{fail,2}", "agent_settled"});
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
 TEST_CASE("rpc mode: abort_retry in the backoff ends the chain with Retry cancelled",
           "[rpc][process][retry]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");

@@ -287,6 +287,18 @@ TEST_CASE("each hint example is parsed by its own form", "[classify][table][hint
 
 // ---- decision order, status, exclusions -----------------------------------------------------
 
+TEST_CASE(
+    "inside a decision table the first entry in table order wins, not the first match in "
+    "the text (§A.5)",
+    "[classify][table]") {
+    // "502" comes first in the text, but "overloaded" comes first in the retryable table
+    CHECK(text("502 upstream overloaded").rule == "retryable/overloaded");
+    // overflow: "prompt is too long" precedes "too many tokens" in the table
+    CHECK(text("too many tokens: the prompt is too long").rule == "overflow/prompt is too long");
+    // usage limit: "usage.?limit" precedes "quota.?exceeded"
+    CHECK(text("quota exceeded (usage limit)").rule == "usage_limit/usage.?limit");
+}
+
 TEST_CASE("status numbers in the text match only as whole tokens", "[classify][status]") {
     CHECK(text("400 Bad Request (request id req_5001234)").kind == error_kind::none);
     CHECK(text("trace 4295017").kind == error_kind::none);

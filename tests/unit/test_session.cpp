@@ -304,6 +304,129 @@ TEST_CASE("abort() cancels the retry before it aborts the stream (§5.3): the or
     CHECK(brief(events).back() == "agent_settled");
 }
 
+TEST_CASE("abort_retry while a first attempt streams has no effect (§5.5)", "[session][spec-5]") {
+    // no chain yet: nothing to cancel, the attempt runs on, and its error starts a chain as usual
+    harness h(R"([{"error":"503 Service Unavailable","status":503,"delayMs":1000},{"text":"ok"}])");
+    h.prompt("hi");
+    h.advance(500ms);
+    REQUIRE(h.session->is_streaming());
+    CHECK_FALSE(h.session->is_retrying());
+    h.session->abort_retry();
+    h.advance(500ms);  // the first attempt fails now
+    REQUIRE(h.of("auto_retry_start").size() == 1);
+    CHECK(h.of("auto_retry_start")[0].at("attempt") == 1);
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(R"({"type":"auto_retry_end","success":true,"attempt":1})")});
+    CHECK(h.requests().size() == 2);
+}
+
+TEST_CASE(
+    "the continue runs as a fresh task, never inside the handler that emitted the start "
+    "(§3.11)",
+    "[session][spec-3]") {
+    settings s;
+    s.retry.base_delay_ms = 0;  // no wait at all: only the posted continue separates them
+    harness h(two_errors_then_ok, s);
+    std::size_t requests_at_start = 0;
+    auto sub = h.session->subscribe([&](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e))
+            requests_at_start = h.faux->requests().size();
+    });
+    asio::co_spawn(h.io, h.session->prompt("hi"),
+                   [&](std::exception_ptr, prompt_result r) { h.result = r; });
+    for (int i = 0; i < 1000 && h.of("auto_retry_start").empty(); ++i) {
+        h.io.restart();
+        h.io.run_one();
+    }
+    REQUIRE(h.of("auto_retry_start").size() == 1);
+    CHECK(requests_at_start == 1);
+    CHECK(h.requests().size() == 1);  // the handler that emitted the start did not continue
+    h.io.restart();
+    h.io.run_one();  // the posted continue
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.requests().size() == 3);
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE("a new chain starts inside the same prompt after a reset (§10.7)",
+          "[session][spec-10][tools]") {
+    // retry 1 succeeds with a tool call (chain over), the next turn fails again: a new chain,
+    // attempt 1 with the base delay, inside the same prompt
+    harness h(
+        R"([{"error":"503 a","status":503},{"toolCall":{"name":"echo","arguments":{}}},{"error":"503 b","status":503},{"text":"done"}])");
+    h.session->register_tool({"echo", "echoes", {}},
+                             [](json::object) -> boost::asio::awaitable<tool_output> {
+                                 co_return tool_output{"echoed", false};
+                             });
+    h.prompt("hi");
+    h.advance(2000ms);  // retry 1 of chain 1: the tool call, then the failing turn
+    REQUIRE(h.of("auto_retry_start").size() == 2);
+    CHECK_FALSE(h.done());
+    h.advance(1999ms);
+    CHECK(h.requests().size() == 3);
+    h.advance(1ms);  // 2000 ms, not 4000: attempt 1 of a new chain
+    REQUIRE(h.done());
+    CHECK(h.requests().size() == 4);
+    auto starts = h.of("auto_retry_start");
+    CHECK(starts[0].at("attempt") == 1);
+    CHECK(starts[1].at("attempt") == 1);
+    CHECK(starts[1].at("delayMs") == 2000);
+    CHECK(
+        h.of("auto_retry_end") ==
+        std::vector<json::object>{obj(R"({"type":"auto_retry_end","success":true,"attempt":1})"),
+                                  obj(R"({"type":"auto_retry_end","success":true,"attempt":1})")});
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(brief(h.events).back() == "agent_settled");
+}
+
+TEST_CASE(
+    "every event reaches the extensions first, then the listeners in subscription order "
+    "(§9.4)",
+    "[session][spec-9][extensions]") {
+    harness h(two_errors_then_ok);  // the harness's own listener subscribed first
+    std::vector<std::string> order;
+    auto second = h.session->subscribe([&](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e))
+            order.push_back("listener-2:" + std::to_string(h.events.size()));
+    });
+    auto third = h.session->subscribe([&](const event& e) {
+        if (std::holds_alternative<auto_retry_start_event>(e)) order.push_back("listener-3");
+    });
+    h.session->add_extension("ext", [&](const event& e) {
+        // added last, called first: the harness's listener has not seen this event yet
+        if (std::holds_alternative<auto_retry_start_event>(e))
+            order.push_back("ext:" + std::to_string(h.events.size()));
+    });
+    h.prompt("hi");
+    REQUIRE(order.size() == 3);
+    const auto before = h.events.size() - 1;  // the start is the harness's last event
+    CHECK(order == strings{"ext:" + std::to_string(before),
+                           "listener-2:" + std::to_string(before + 1), "listener-3"});
+}
+
+TEST_CASE("extensions receive a failed auto_retry_end with the same fields (§9.8)",
+          "[session][spec-9][extensions]") {
+    settings s;
+    s.retry.max_retries = 1;
+    harness h(four_errors, s);
+    std::vector<json::object> seen;
+    h.session->add_extension("ext", [&](const event& e) {
+        if (std::holds_alternative<auto_retry_end_event>(e)) seen.push_back(to_json(e));
+    });
+    h.prompt("hi");
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    const auto want = obj(
+        R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable: upstream overloaded"})");
+    CHECK(seen == std::vector<json::object>{want});
+    CHECK(h.of("auto_retry_end") == std::vector<json::object>{want});
+}
+
 TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spec-3][spec-10]") {
     settings s;
     s.retry.enabled = false;
