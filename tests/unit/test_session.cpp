@@ -133,8 +133,7 @@ TEST_CASE("maxRetries 0: only auto_retry_end{success:false,attempt:0}", "[sessio
     CHECK(h.requests().size() == 1);
 }
 
-TEST_CASE("abort_retry during the backoff cancels the chain (spec 5)",
-          "[session][spec-5][spec-10]") {
+TEST_CASE("abort_retry during the backoff cancels the chain (§5)", "[session][spec-5][spec-10]") {
     harness h(two_errors_then_ok);
     h.prompt("hi");
     h.advance(1000ms);
@@ -427,7 +426,7 @@ TEST_CASE("extensions receive a failed auto_retry_end with the same fields (§9.
     CHECK(h.of("auto_retry_end") == std::vector<json::object>{want});
 }
 
-TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spec-3][spec-10]") {
+TEST_CASE("retry.enabled false: no retry starts (§3.2)", "[session][spec-3][spec-10]") {
     settings s;
     s.retry.enabled = false;
     harness h(two_errors_then_ok, s);
@@ -440,8 +439,7 @@ TEST_CASE("retry.enabled false: no retry starts (spec 3 step 2)", "[session][spe
     CHECK_FALSE(h.session->is_retrying());
 }
 
-TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (spec 8)",
-          "[session][spec-8]") {
+TEST_CASE("set_auto_retry_enabled writes retry.enabled for the session (§8)", "[session][spec-8]") {
     harness h(two_errors_then_ok);
     CHECK(h.session->auto_retry_enabled());
     h.session->set_auto_retry_enabled(false);
@@ -466,7 +464,7 @@ TEST_CASE("retry turned off during the wait: the wait goes on, the next failure 
             R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable: upstream overloaded"})")});
 }
 
-TEST_CASE("a non-retryable error does not retry (spec 2, spec 10)", "[session][spec-2][spec-10]") {
+TEST_CASE("a non-retryable error does not retry (§2, §10)", "[session][spec-2][spec-10]") {
     harness h(R"([{"error":"401 Incorrect API key provided","status":401},{"text":"never"}])");
     h.prompt("hi");
     REQUIRE(h.done());
@@ -513,7 +511,7 @@ settings keep_nothing() {
 }
 }  // namespace
 
-TEST_CASE("context overflow goes to compaction, never to retry (spec 1)",
+TEST_CASE("context overflow goes to compaction, never to retry (§1)",
           "[session][spec-1][spec-10]") {
     auto hook = std::make_shared<recording_compaction>();
     harness h(
@@ -635,7 +633,7 @@ TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3)
           strings{"agent_end{final}", "compaction_start", "compaction_end", "agent_settled"});
 }
 
-TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec-3]") {
+TEST_CASE("a new chain starts after a reset (§10)", "[session][spec-10][spec-3]") {
     harness h(
         R"([{"error":"503 a","status":503},{"text":"one"},{"error":"503 b","status":503},{"text":"two"}])");
     h.prompt("first");
@@ -652,7 +650,7 @@ TEST_CASE("a new chain starts after a reset (spec 10)", "[session][spec-10][spec
           obj(R"({"type":"auto_retry_end","success":true,"attempt":1})"));
 }
 
-TEST_CASE("usage limit with a successful credential switch waits 0 ms (spec 3 step 7)",
+TEST_CASE("usage limit with a successful credential switch waits 0 ms (§3.7)",
           "[session][spec-3][usage-limit]") {
     auto auth =
         std::make_shared<in_memory_auth_storage>([] { return std::int64_t{1'700'000'000'000}; });
@@ -685,7 +683,7 @@ TEST_CASE("usage limit without another credential keeps the exponential backoff"
     REQUIRE(h.done());
 }
 
-TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7, spec 8)",
+TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (§7, §8)",
           "[session][spec-7][spec-8]") {
     harness h(two_errors_then_ok);
     std::vector<std::pair<std::string, bool>> seen;
@@ -705,10 +703,8 @@ TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (spec 7,
     }
 }
 
-TEST_CASE(
-    "the trailing error leaves the runtime context after auto_retry_start is emitted (spec 3 step "
-    "9)",
-    "[session][spec-3]") {
+TEST_CASE("the trailing error leaves the runtime context after auto_retry_start is emitted (§3.9)",
+          "[session][spec-3]") {
     harness h(two_errors_then_ok);
     std::size_t context_at_start = 0;
     bool last_is_error = false;
