@@ -549,6 +549,9 @@ class interactive_ui {
             case tui_command::kind::abort_retry:
                 session_->abort_retry();
                 return;
+            case tui_command::kind::retry_now:
+                session_->retry_now();
+                return;
             case tui_command::kind::clear_input:
                 editor_.clear();
                 return;

@@ -571,6 +571,11 @@ asio::awaitable<void> rpc_client::abort_retry() {
     co_await impl::request(impl_, std::move(c), std::nullopt);
 }
 
+asio::awaitable<void> rpc_client::retry_now() {
+    json::object c = command_of("retry_now");
+    co_await impl::request(impl_, std::move(c), std::nullopt);
+}
+
 asio::awaitable<void> rpc_client::set_auto_retry(bool enabled) {
     json::object c = command_of("set_auto_retry");
     c["enabled"] = enabled;

@@ -261,6 +261,12 @@ class rpc_server {
                     session_->abort_retry();
                     ok(c);
                     return;
+                case k::retry_now:
+                    if (session_->retry_now())
+                        ok(c);
+                    else
+                        fail(c, "Nothing to retry now: no backoff is running");
+                    return;
                 case k::set_auto_retry:
                     session_->set_auto_retry_enabled(c.enabled);
                     persist(c, "retry.enabled");

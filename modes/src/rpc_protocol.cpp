@@ -111,12 +111,13 @@ struct name_entry {
     std::string_view name;
 };
 
-constexpr std::array<name_entry, 16> command_names{{
+constexpr std::array<name_entry, 17> command_names{{
     {command_kind::prompt, "prompt"},
     {command_kind::steer, "steer"},
     {command_kind::follow_up, "follow_up"},
     {command_kind::abort, "abort"},
     {command_kind::abort_retry, "abort_retry"},
+    {command_kind::retry_now, "retry_now"},
     {command_kind::set_auto_retry, "set_auto_retry"},
     {command_kind::set_auto_compaction, "set_auto_compaction"},
     {command_kind::compact, "compact"},
@@ -325,6 +326,7 @@ parse_result parse_command(std::string_view line) {
             break;
         case command_kind::abort:
         case command_kind::abort_retry:
+        case command_kind::retry_now:
         case command_kind::get_state:
         case command_kind::get_messages:
         case command_kind::get_last_assistant_text:

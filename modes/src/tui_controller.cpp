@@ -216,7 +216,10 @@ tui_command tui_controller::on_enter(std::string_view input) {
     const bool blank = std::all_of(input.begin(), input.end(), [](char ch) {
         return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
     });
-    if (blank) return c;
+    if (blank) {
+        if (loader_ == loader_kind::retry) c.type = tui_command::kind::retry_now;
+        return c;
+    }
     if (input == "/retry" || input == "/retry on" || input == "/retry off") {
         c.type = tui_command::kind::set_auto_retry;
         c.text = std::string(input);
@@ -322,7 +325,7 @@ std::string tui_controller::status_text() const {
     }
     sep();
     if (loader_ == loader_kind::retry) {
-        s += "esc: cancel the retry";
+        s += "enter: retry now \u00b7 esc: cancel the retry";
         if (!retry_error_.empty()) s += " \u00b7 " + one_line(retry_error_, 160);
     } else if (busy_) {
         s += "esc: interrupt \u00b7 enter: queue a follow-up";

@@ -99,7 +99,9 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
 wait_outcome retry_machine::on_wait_done(bool elapsed) {
     waiting_ = false;
     wait_outcome w;
-    if (!elapsed || cancel_requested_) {
+    const bool fired = elapsed || retry_now_;
+    retry_now_ = false;
+    if (!fired || cancel_requested_) {
         w.end = auto_retry_end_event{false, attempt_, std::string(retry_cancelled_text)};
         end_chain();
         return w;

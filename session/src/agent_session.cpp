@@ -281,6 +281,12 @@ void agent_session::abort_retry() {
             .request();  // the retried attempt is aborted too (docs/retry-policy.md, chain endings)
 }
 
+bool agent_session::retry_now() {
+    if (!machine_.retry_now()) return false;
+    backoff_.cancel();
+    return true;
+}
+
 void agent_session::abort() {
     if (!busy_) return;
     user_abort_ = true;

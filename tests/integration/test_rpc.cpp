@@ -150,8 +150,9 @@ TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
     CHECK(parsed(R"({"type":"set_session_name","name":" n "})").name == " n ");
     CHECK(parsed(R"({"type":"new_session","parentSession":"/x.jsonl"})").parent_session ==
           "/x.jsonl");
-    for (auto t : {"abort", "abort_retry", "get_state", "get_messages", "get_last_assistant_text",
-                   "get_available_models", "get_session_stats", "new_session", "compact"}) {
+    for (auto t : {"abort", "abort_retry", "retry_now", "get_state", "get_messages",
+                   "get_last_assistant_text", "get_available_models", "get_session_stats",
+                   "new_session", "compact"}) {
         auto c = parsed(std::string(R"({"type":")") + t + R"(","extra":1})");
         CHECK(rpc::to_string(c.kind) == t);
     }
@@ -668,6 +669,27 @@ TEST_CASE("rpc mode: a chain run to exhaustion: the exact failed auto_retry_end 
     CHECK(p.wait_exit() == 0);
 }
 
+TEST_CASE("rpc mode: retry_now ends the backoff at once; refused when nothing waits",
+          "[rpc][process][retry][retry-now]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    rpc_process p(env, fa({}, two_errors_then_ok));
+    p.next();
+    CHECK(
+        p.call("r0", "retry_now") ==
+        obj(R"({"id":"r0","type":"response","command":"retry_now","success":false,"error":"Nothing to retry now: no backoff is running"})"));
+    const auto start = p.position();
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("auto_retry_start");
+    CHECK(p.call("r1", "retry_now") ==
+          obj(R"({"id":"r1","type":"response","command":"retry_now","success":true})"));
+    p.next_of("auto_retry_start");  // attempt 2, after the retried request failed at once
+    CHECK(p.call("r2", "retry_now").at("success") == true);
+    p.next_of("agent_settled");  // well before the 20 s + 40 s of the two backoffs
+    CHECK(brief(p.since(start)) == coagent::test::two_retries_then_success_events);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
 TEST_CASE("rpc mode: abort_retry in the backoff ends the chain with Retry cancelled",
           "[rpc][process][retry]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
@@ -983,6 +1005,31 @@ TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further 
     CHECK(st.at("retryAttempt") == 0);
     // one request only: the history holds the user message and the one error
     CHECK(run_co(io, c.get_session_stats()).at("assistantMessages") == 1);
+    CHECK(run_co(io, c.stop()) == 0);
+}
+
+TEST_CASE("rpc_client: retry_now() ends a backoff; with none it throws the server's error",
+          "[rpc][client][retry-now]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    asio::io_context io;
+    rpc_client c(io);
+    run_co(io, c.start(coagent_bin(), fa({}, two_errors_then_ok), env.vars()));
+    auto e = expect_rpc_error([&] { run_co(io, c.retry_now()); });
+    CHECK(e.why() == rpc_error::reason::command_failed);
+    CHECK(std::string(e.what()) == "Nothing to retry now: no backoff is running");
+    std::vector<json::object> events;
+    auto sub = c.on_event([&](const json::object& ev) { events.push_back(ev); });
+    run_co(io, c.prompt("hi"));
+    for (int n = 1; n <= 2; ++n) {
+        REQUIRE(run_until(io, [&] {
+            return std::count_if(events.begin(), events.end(), [](const json::object& ev) {
+                       return ev.at("type") == "auto_retry_start";
+                   }) == n;
+        }));
+        run_co(io, c.retry_now());
+    }
+    run_co(io, c.wait_for_settled());
+    CHECK(brief(events) == coagent::test::two_retries_then_success_events);
     CHECK(run_co(io, c.stop()) == 0);
 }
 

@@ -217,6 +217,47 @@ TEST_CASE(
     CHECK(d.end->final_error == "Retry cancelled");
 }
 
+TEST_CASE("retry machine: retry_now ends a wait as if it elapsed; only while a wait runs",
+          "[retry][retry-now]") {
+    auto e = error_msg("503");
+    retry_machine m;
+    CHECK_FALSE(m.retry_now());  // idle
+    REQUIRE(m.on_agent_end(&e, retryable(), {}).will_retry);
+    CHECK_FALSE(m.retry_now());  // decided, but the wait has not begun
+    m.begin_wait();
+    CHECK(m.retry_now());
+    auto w = m.on_wait_done(false);  // the shell cancelled the timer
+    CHECK(w.resume);
+    CHECK_FALSE(w.end);
+    CHECK(m.attempt() == 1);
+    CHECK(m.retried_attempt_in_flight());
+    CHECK_FALSE(m.retry_now());  // a retried attempt streams: nothing to retry now
+    // the next failure continues the chain with the next attempt's delay
+    auto d = m.on_agent_end(&e, retryable(), {});
+    REQUIRE(d.will_retry);
+    CHECK(d.start->attempt == 2);
+    CHECK(d.start->delay_ms == 4000);
+    m.begin_wait();
+    // abort_retry wins over a retry_now that landed first, and retry_now after it is refused
+    CHECK(m.retry_now());
+    CHECK(m.abort_retry());
+    w = m.on_wait_done(false);
+    CHECK_FALSE(w.resume);
+    REQUIRE(w.end);
+    CHECK(w.end->final_error == "Retry cancelled");
+    retry_machine m2;
+    REQUIRE(m2.on_agent_end(&e, retryable(), {}).will_retry);
+    m2.begin_wait();
+    CHECK(m2.abort_retry());
+    CHECK_FALSE(m2.retry_now());
+    CHECK_FALSE(m2.on_wait_done(false).resume);
+    // a plain cancel (no retry_now) is still a cancel
+    retry_machine m3;
+    REQUIRE(m3.on_agent_end(&e, retryable(), {}).will_retry);
+    m3.begin_wait();
+    CHECK_FALSE(m3.on_wait_done(false).resume);
+}
+
 TEST_CASE("retry machine: abort_retry with nothing pending has no effect", "[retry][spec-5]") {
     retry_machine m;
     CHECK_FALSE(m.abort_retry());

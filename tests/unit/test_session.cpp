@@ -175,6 +175,47 @@ TEST_CASE("abort() during the backoff cancels the retry first, then aborts",
     CHECK(h.requests().size() == 1);
 }
 
+TEST_CASE("retry_now at virtual 1 s of a 4 s wait: the next request goes out at 1 s",
+          "[session][retry-now]") {
+    harness h(R"([{"error":"503 a","status":503,"times":2},{"text":"ok"}])");
+    CHECK_FALSE(h.session->retry_now());  // idle
+    h.prompt("hi");
+    h.advance(2000ms);  // retry 1 fails: the 4 s wait of attempt 2 begins
+    REQUIRE(h.requests().size() == 2);
+    REQUIRE(h.of("auto_retry_start").size() == 2);
+    h.advance(1000ms);
+    CHECK(h.requests().size() == 2);
+    CHECK(h.session->retry_now());
+    h.run_ready();
+    CHECK(h.requests().size() == 3);  // at virtual 3 s, not 6 s
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    // the chain's events as if the timer had fired: no second start for attempt 2
+    CHECK(brief(h.events) == coagent::test::two_retries_then_success_events);
+    CHECK_FALSE(h.session->retry_now());  // settled: nothing waits
+}
+
+TEST_CASE("retry_now then a failure: the next backoff has the next attempt's delay",
+          "[session][retry-now]") {
+    harness h(four_errors);
+    h.prompt("hi");
+    h.advance(500ms);
+    REQUIRE(h.session->retry_now());  // attempt 1's 2 s wait ends at 0.5 s
+    h.run_ready();
+    REQUIRE(h.requests().size() == 2);
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 2);
+    CHECK(starts[1].at("attempt") == 2);
+    CHECK(starts[1].at("delayMs") == 4000);
+    h.advance(3999ms);
+    CHECK(h.requests().size() == 2);
+    h.advance(1ms);
+    CHECK(h.requests().size() == 3);
+    // while a retried attempt streams there is nothing to retry now
+    h.session->abort_retry();
+    h.run_ready();
+}
+
 TEST_CASE("abort_retry lands after the timer fired but before the continue ran",
           "[session][spec-5]") {
     // zero delay: the continue is a posted task; the sticky flag must still cancel it

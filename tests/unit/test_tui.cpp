@@ -124,6 +124,29 @@ struct driver {
 
 // ---- policy §6: the loader and the Esc handler ------------------------------------------------
 
+TEST_CASE("tui: Enter on an empty editor retries now while the retry loader shows",
+          "[tui][retry-now]") {
+    REQUIRE(utf8_locale);
+    driver d;
+    CHECK(d.c.on_enter("").type == tui_command::kind::none);  // idle: nothing
+    d.start_prompt("hello");
+    CHECK(d.c.on_enter("  ").type == tui_command::kind::none);  // streaming: nothing
+    d.failed_attempt("503 Service Unavailable", true);
+    d.retry_start(1, 3, 2000, "503 Service Unavailable");
+    CHECK(d.c.on_enter("").type == tui_command::kind::retry_now);
+    CHECK(d.c.on_enter(" \t").type == tui_command::kind::retry_now);
+    CHECK(d.c.status_text().find("enter: retry now \u00b7 esc: cancel the retry") !=
+          std::string::npos);
+    // the loader keeps the policy's text
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
+    // text typed during the backoff is still a queued follow-up, not a retry-now
+    auto q = d.c.on_enter("later");
+    CHECK(q.type == tui_command::kind::submit);
+    CHECK(q.queued);
+    d.ev(agent_start_event{});
+    CHECK(d.c.on_enter("").type == tui_command::kind::none);  // the retry runs: nothing
+}
+
 TEST_CASE(
     "tui: two errors then success — loader per attempt, Esc handler saved and restored, no failure "
     "line") {

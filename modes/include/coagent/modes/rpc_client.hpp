@@ -136,6 +136,9 @@ class rpc_client {
     boost::asio::awaitable<void> follow_up(std::string message);
     boost::asio::awaitable<void> abort();
     boost::asio::awaitable<void> abort_retry();
+    /// Ends the backoff in progress at once (the next attempt starts); throws rpc_error
+    /// (command_failed, "Nothing to retry now: no backoff is running") when none is running.
+    boost::asio::awaitable<void> retry_now();
     boost::asio::awaitable<void> set_auto_retry(bool enabled);
     boost::asio::awaitable<void> set_auto_compaction(bool enabled);
     boost::asio::awaitable<boost::json::value> compact(

@@ -66,6 +66,7 @@ enum class command_kind {
     follow_up,
     abort,
     abort_retry,
+    retry_now,
     set_auto_retry,
     set_auto_compaction,
     compact,

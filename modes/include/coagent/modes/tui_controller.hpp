@@ -49,6 +49,7 @@ struct tui_command {
         edit,            ///< give the key to the line editor
         abort,           ///< session.abort()
         abort_retry,     ///< session.abort_retry()
+        retry_now,       ///< session.retry_now(): Enter on an empty editor during a backoff
         submit,          ///< session.prompt(text, streaming_behavior::follow_up); clear the input
         clear_input,     ///< empty the line editor
         exit,            ///< leave (abort a running turn first)
@@ -92,8 +93,9 @@ class tui_controller {
     void on_prompt_done(const std::string& text, const prompt_result& r);
 
     tui_command on_escape();
-    /// Enter with the editor's text. Blank input does nothing. `/retry on`, `/retry off` and
-    /// `/retry` (toggle) are commands, not messages.
+    /// Enter with the editor's text. Blank input does nothing, except while the retry loader
+    /// shows: then it retries now. `/retry on`, `/retry off` and `/retry` (toggle) are
+    /// commands, not messages.
     tui_command on_enter(std::string_view input);
     /// The shell tells the current retry.enabled (the toggle flips it) …
     void set_auto_retry_state(bool enabled) { auto_retry_ = enabled; }

@@ -85,13 +85,22 @@ class retry_machine {
 
     /// The backoff wait is about to start.
     void begin_wait() noexcept { waiting_ = true; }
-    /// The backoff wait completed; `elapsed` false when it was cancelled.
+    /// The backoff wait completed; `elapsed` false when it was cancelled (by cancel, or early
+    /// by retry_now(), which resumes unless abort_retry()/abort() also landed).
     wait_outcome on_wait_done(bool elapsed);
 
     /// abort_retry(): returns true when a backoff wait is in progress and must be cancelled
     /// by the shell. While a retried attempt streams it marks the chain cancelled (the shell
     /// aborts that stream). Otherwise no effect.
     bool abort_retry() noexcept;
+    /// retry_now(): a backoff wait in progress is to end as if its timer had fired. Returns
+    /// true when a wait is running and not already cancelled: the shell then cancels the timer,
+    /// and on_wait_done(false) resumes. False (no effect) otherwise.
+    bool retry_now() noexcept {
+        if (!waiting_ || cancel_requested_) return false;
+        retry_now_ = true;
+        return true;
+    }
     /// abort(): cancels the retry first (same as abort_retry) and marks the run aborted so no
     /// new retry starts from it. Returns true when a wait must be cancelled.
     bool abort() noexcept;
@@ -112,6 +121,7 @@ class retry_machine {
         chain_active_ = false;
         waiting_ = false;
         cancel_requested_ = false;
+        retry_now_ = false;
     }
 
     double draw();
@@ -122,6 +132,7 @@ class retry_machine {
     bool chain_active_ = false;
     bool waiting_ = false;
     bool cancel_requested_ = false;
+    bool retry_now_ = false;  // retry_now() ended the wait early: it counts as elapsed
 };
 
 }  // namespace coagent

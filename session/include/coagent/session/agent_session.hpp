@@ -205,6 +205,11 @@ class agent_session {
     /// "Compaction failed: Retry cancelled"} — and an overflow's prompt then completes failed
     /// with the overflow's error, as after any failed overflow recovery.
     void abort_retry();
+    /// Ends the backoff wait in progress at once: the next attempt starts exactly as if the
+    /// timer had fired (no new auto_retry_start; the chain's events keep their order). Returns
+    /// false, with no effect, when no backoff is running (also during a retried attempt, or
+    /// after abort_retry()).
+    bool retry_now();
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
     /// wait in progress).
