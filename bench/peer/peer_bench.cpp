@@ -378,8 +378,14 @@ struct bench {
         const bool by_event = a.settles_with_event;
         auto sub = c.on_event([&ts, &timer, by_event](const json::object& e) {
             const auto& type = e.at("type").as_string();
-            if (type == "auto_retry_start" || type == "auto_retry_end")
-                ts.retry_events->push_back(json::serialize(e));
+            if (type == "auto_retry_start" || type == "auto_retry_end") {
+                // the reference's fields only: coagent's extras (e.g. `limit`) are not compared
+                json::object same;
+                for (const char* k : {"type", "attempt", "maxAttempts", "delayMs", "errorMessage",
+                                      "success", "finalError"})
+                    if (const auto* v = e.if_contains(k)) same[k] = *v;
+                ts.retry_events->push_back(json::serialize(same));
+            }
             bool settled = false;
             if (by_event) {
                 settled = type == "agent_settled";

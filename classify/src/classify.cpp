@@ -142,6 +142,7 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
     if (auto i = m.first("usage_limit")) {
         c.kind = error_kind::usage_limit;
         c.rule = rule_of(*i);
+        c.limit = pattern_table()[*i].limit;
         return c;
     }
     if (status) {
@@ -149,6 +150,7 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
             if (s.code == *status) {
                 c.kind = error_kind::retryable;
                 c.rule = "status/" + std::to_string(s.code);
+                c.limit = s.limit;
                 return c;
             }
         }
@@ -156,6 +158,7 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
     if (auto i = m.first("retryable")) {
         c.kind = error_kind::retryable;
         c.rule = rule_of(*i);
+        c.limit = pattern_table()[*i].limit;
         return c;
     }
     return c;  // kind none, rule "none"
@@ -195,6 +198,8 @@ json::object to_json(const classification& c) {
     o["kind"] = json::string_view(kind.data(), kind.size());
     o["retryable"] = c.retryable();
     o["rule"] = json::string_view(c.rule.data(), c.rule.size());
+    const auto limit = to_string(c.limit);
+    o["limit"] = json::string_view(limit.data(), limit.size());
     if (c.retry_after_ms) o["retryAfterMs"] = *c.retry_after_ms;
     return o;
 }

@@ -13,6 +13,7 @@ namespace coagent {
 namespace {
 
 using hf = hint_form;
+using lk = limit_kind;
 
 constexpr std::array table{
     // ---- context overflow: wins over every retryable pattern (→ compaction path) ----------
@@ -105,126 +106,137 @@ constexpr std::array table{
     // ---- usage limit: a retryable subclass that goes through the auth storage (policy §3.7) --
     pattern_entry{"usage_limit", "usage.?limit", R"re(usage.?limit)re",
                   "subscription plans (Claude, ChatGPT/Codex)",
-                  "You have reached your usage limit for this period"},
+                  "You have reached your usage limit for this period", lk::quota},
     pattern_entry{"usage_limit", "usage_limit_reached", R"re(usage_limit_reached)re",
-                  "OpenAI Codex (ChatGPT plan)", R"re({"error":{"type":"usage_limit_reached"}})re"},
+                  "OpenAI Codex (ChatGPT plan)", R"re({"error":{"type":"usage_limit_reached"}})re",
+                  lk::quota},
     pattern_entry{"usage_limit", "usage_not_included", R"re(usage_not_included)re",
                   "OpenAI Codex (ChatGPT plan)",
-                  "usage_not_included: your plan does not include Codex"},
+                  "usage_not_included: your plan does not include Codex", lk::quota},
     pattern_entry{"usage_limit", "limit_reached", R"re(limit_reached)re",
                   "generic (omp rate-limit-utils)",
-                  R"re({"error":{"code":"weekly_limit_reached"}})re"},
+                  R"re({"error":{"code":"weekly_limit_reached"}})re", lk::quota},
     pattern_entry{"usage_limit", "quota.?exceeded", R"re(quota.?exceeded)re", "Google / OpenAI",
-                  "Quota exceeded for quota metric 'Generate Content API requests per minute'"},
+                  "Quota exceeded for quota metric 'Generate Content API requests per minute'",
+                  lk::quota},
     pattern_entry{"usage_limit", "resource.?exhausted", R"re(resource.?exhausted)re",
                   "Google Gemini / Vertex (RESOURCE_EXHAUSTED)",
-                  "RESOURCE_EXHAUSTED: Resource has been exhausted (e.g. check quota)."},
+                  "RESOURCE_EXHAUSTED: Resource has been exhausted (e.g. check quota).", lk::rate},
     // beyond Appendix A (table 2026.11.2): the OpenAI API's out-of-credit 429 is a usage
     // limit, not a rate limit — retrying the same key cannot help, switching keys can
     pattern_entry{"usage_limit", "insufficient_quota", R"re(insufficient_quota)re", "OpenAI API",
-                  R"re({"error":{"type":"insufficient_quota","code":"insufficient_quota"}})re"},
+                  R"re({"error":{"type":"insufficient_quota","code":"insufficient_quota"}})re",
+                  lk::billing},
     pattern_entry{
         "usage_limit", "exceeded your current quota", R"re(exceeded your current quota)re",
         "OpenAI API",
-        "429 You exceeded your current quota, please check your plan and billing details."},
+        "429 You exceeded your current quota, please check your plan and billing details.",
+        lk::billing},
 
     // ---- retryable: the specification's list (§2), spelled as the reference spells it ------
     pattern_entry{"retryable", "overloaded", R"re(overloaded)re",
-                  "policy §2 (Anthropic overloaded_error)", "Overloaded"},
+                  "policy §2 (Anthropic overloaded_error)", "Overloaded", lk::capacity},
     pattern_entry{"retryable", "rate.?limit", R"re(rate.?limit)re", "policy §2",
-                  "Rate limit exceeded"},
+                  "Rate limit exceeded", lk::rate},
     pattern_entry{"retryable", "usage.?limit", R"re(usage.?limit)re", "policy §2",
-                  "usage limit exceeded"},
+                  "usage limit exceeded", lk::quota},
     pattern_entry{"retryable", "too many requests", R"re(too many requests)re", "policy §2",
-                  "Too Many Requests"},
-    pattern_entry{"retryable", "429", R"re(\b429\b)re", "policy §2 (whole token)", "HTTP 429"},
-    pattern_entry{"retryable", "500", R"re(\b500\b)re", "policy §2 (whole token)", "HTTP 500"},
+                  "Too Many Requests", lk::rate},
+    pattern_entry{"retryable", "429", R"re(\b429\b)re", "policy §2 (whole token)", "HTTP 429",
+                  lk::rate},
+    pattern_entry{"retryable", "500", R"re(\b500\b)re", "policy §2 (whole token)", "HTTP 500",
+                  lk::server},
     pattern_entry{"retryable", "502", R"re(\b502\b)re", "policy §2 (whole token)",
-                  "upstream said 502"},
-    pattern_entry{"retryable", "503", R"re(\b503\b)re", "policy §2 (whole token)", "status=503"},
-    pattern_entry{"retryable", "504", R"re(\b504\b)re", "policy §2 (whole token)", "(504)"},
+                  "upstream said 502", lk::server},
+    pattern_entry{"retryable", "503", R"re(\b503\b)re", "policy §2 (whole token)", "status=503",
+                  lk::capacity},
+    pattern_entry{"retryable", "504", R"re(\b504\b)re", "policy §2 (whole token)", "(504)",
+                  lk::server},
     pattern_entry{"retryable", "service.?unavailable", R"re(service.?unavailable)re", "policy §2",
-                  "Service Unavailable"},
+                  "Service Unavailable", lk::capacity},
     pattern_entry{"retryable", "server.?error", R"re(server.?error)re", "policy §2",
-                  R"re({"error":{"type":"server_error"}})re"},
+                  R"re({"error":{"type":"server_error"}})re", lk::server},
     pattern_entry{"retryable", "internal.?error", R"re(internal.?error)re", "policy §2",
-                  "Internal error encountered."},
+                  "Internal error encountered.", lk::server},
     pattern_entry{"retryable", "connection.?error", R"re(connection.?error)re", "policy §2",
-                  "Connection error."},
+                  "Connection error.", lk::transport},
     pattern_entry{"retryable", "fetch failed", R"re(fetch failed)re", "policy §2 (Node.js fetch)",
-                  "TypeError: fetch failed"},
+                  "TypeError: fetch failed", lk::transport},
     pattern_entry{"retryable", "retry delay", R"re(retry delay)re", "policy §2 (Gemini CLI)",
-                  "Gemini CLI: retry delay exceeded"},
+                  "Gemini CLI: retry delay exceeded", lk::rate},
     // later reference versions: transport phrases users meet daily
     pattern_entry{"retryable", "network.?error", R"re(network.?error)re", "transport",
-                  "Network error: ECONNRESET"},
+                  "Network error: ECONNRESET", lk::transport},
     pattern_entry{"retryable", "connection.?refused", R"re(connection.?refused)re", "transport",
-                  "Connection refused (os error 111)"},
+                  "Connection refused (os error 111)", lk::transport},
     pattern_entry{"retryable", "connection.?lost", R"re(connection.?lost)re", "transport",
-                  "connection lost while streaming"},
+                  "connection lost while streaming", lk::transport},
     pattern_entry{"retryable", "other side closed", R"re(other side closed)re",
-                  "transport (Node.js undici)", "SocketError: other side closed"},
+                  "transport (Node.js undici)", "SocketError: other side closed", lk::transport},
     pattern_entry{"retryable", "upstream.?connect", R"re(upstream.?connect)re",
-                  "transport (Envoy proxy)", "upstream connect error"},
+                  "transport (Envoy proxy)", "upstream connect error", lk::transport},
     pattern_entry{"retryable", "reset before headers", R"re(reset before headers)re",
-                  "transport (Envoy proxy)", "disconnect/reset before headers"},
+                  "transport (Envoy proxy)", "disconnect/reset before headers", lk::transport},
     pattern_entry{"retryable", "socket hang up", R"re(socket hang up)re",
-                  "transport (Node.js http)", "Error: socket hang up"},
-    pattern_entry{"retryable", "timed? out", R"re(timed? out)re", "transport",
-                  "Request timed out."},
+                  "transport (Node.js http)", "Error: socket hang up", lk::transport},
+    pattern_entry{"retryable", "timed? out", R"re(timed? out)re", "transport", "Request timed out.",
+                  lk::transport},
     pattern_entry{"retryable", "timeout", R"re(timeout)re", "transport (stream idle timeout)",
-                  "stream idle timeout after 60000 ms"},
+                  "stream idle timeout after 60000 ms", lk::transport},
     pattern_entry{"retryable", "terminated", R"re(terminated)re", "transport (Node.js undici)",
-                  "TypeError: terminated"},
+                  "TypeError: terminated", lk::transport},
     pattern_entry{"retryable", "ended without", R"re(ended without)re", "transport",
-                  "stream ended without a stop reason"},
+                  "stream ended without a stop reason", lk::transport},
     pattern_entry{"retryable", "stream stall", R"re(stream stall)re", "transport",
-                  "stream stalled for 30s"},
+                  "stream stalled for 30s", lk::transport},
     pattern_entry{"retryable", "provider.?returned.?error", R"re(provider.?returned.?error)re",
-                  "OpenRouter", "Provider returned error"},
+                  "OpenRouter", "Provider returned error", lk::server},
 
     // ---- retry hints, first match wins (parse_retry_hint) --------------------------------
     pattern_entry{"hint", "retry-after-ms", R"re(retry-after-ms\s*[:=]\s*(\d+))re",
                   "HTTP provider suffix / retry-after-ms header",
-                  "429 Rate limit reached for requests retry-after-ms=1000", hf::milliseconds},
+                  "429 Rate limit reached for requests retry-after-ms=1000", lk::none,
+                  hf::milliseconds},
     pattern_entry{"hint", "retry-after seconds", R"re(retry-after\s*[:=]\s*(\d+(?:\.\d+)?))re",
-                  "HTTP Retry-After header (delay-seconds)", "retry-after: 30", hf::seconds},
+                  "HTTP Retry-After header (delay-seconds)", "retry-after: 30", lk::none,
+                  hf::seconds},
     pattern_entry{
         "hint", "retry-after http-date",
         R"re(retry-after\s*[:=]\s*([A-Za-z]{3}, \d{1,2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT))re",
         "HTTP Retry-After header (IMF-fixdate)", "retry-after: Wed, 21 Oct 2026 07:28:00 GMT",
-        hf::http_date},
+        lk::none, hf::http_date},
     pattern_entry{"hint", "x-ratelimit-reset-ms", R"re(x-ratelimit-reset-ms\s*[:=]\s*(\d+))re",
-                  "x-ratelimit-reset-ms header", "x-ratelimit-reset-ms: 1500", hf::reset_ms},
+                  "x-ratelimit-reset-ms header", "x-ratelimit-reset-ms: 1500", lk::none,
+                  hf::reset_ms},
     pattern_entry{"hint", "x-ratelimit-reset", R"re(x-ratelimit-reset\s*[:=]\s*(\d+))re",
-                  "x-ratelimit-reset header", "x-ratelimit-reset: 20", hf::reset_seconds},
+                  "x-ratelimit-reset header", "x-ratelimit-reset: 20", lk::none, hf::reset_seconds},
     pattern_entry{
         "hint", "try again in N unit",
         R"re((?:try again|retry)\s+(?:after|in)\s+(\d+(?:\.\d+)?)\s*(ms|s|secs?|seconds?)\b)re",
-        "OpenAI / Gemini / Azure OpenAI error texts", "Please try again in 1.898s.",
+        "OpenAI / Gemini / Azure OpenAI error texts", "Please try again in 1.898s.", lk::none,
         hf::number_with_unit},
     pattern_entry{
         "hint", "try again in duration",
         R"re(try again in\s+((?:\d+\s*(?:days?|d|hours?|h|minutes?|m|seconds?|s)\b\s*)+))re",
-        "ChatGPT / Codex usage limit", "try again in 2h 3m", hf::duration_sum},
+        "ChatGPT / Codex usage limit", "try again in 2h 3m", lk::none, hf::duration_sum},
     pattern_entry{"hint", "limit reached|epoch", R"re(limit reached\|(\d{9,11})\b)re",
                   "Claude subscription usage limit", "Claude AI usage limit reached|1755772800",
-                  hf::epoch_seconds},
+                  lk::none, hf::epoch_seconds},
     pattern_entry{
         "hint", "resets at iso8601",
         R"re(resets? at\s+(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})))re",
-        "usage-limit reset times (Anthropic / Codex)", "resets at 2026-11-29T18:00:00Z",
+        "usage-limit reset times (Anthropic / Codex)", "resets at 2026-11-29T18:00:00Z", lk::none,
         hf::iso8601},
 };
 
 constexpr std::array statuses{
-    status_entry{408, "HTTP 408 Request Timeout"},
-    status_entry{429, "HTTP 429 Too Many Requests"},
-    status_entry{500, "HTTP 500 Internal Server Error"},
-    status_entry{502, "HTTP 502 Bad Gateway"},
-    status_entry{503, "HTTP 503 Service Unavailable"},
-    status_entry{504, "HTTP 504 Gateway Timeout"},
-    status_entry{529, "HTTP 529 Overloaded (Anthropic)"},
+    status_entry{408, "HTTP 408 Request Timeout", lk::transport},
+    status_entry{429, "HTTP 429 Too Many Requests", lk::rate},
+    status_entry{500, "HTTP 500 Internal Server Error", lk::server},
+    status_entry{502, "HTTP 502 Bad Gateway", lk::server},
+    status_entry{503, "HTTP 503 Service Unavailable", lk::capacity},
+    status_entry{504, "HTTP 504 Gateway Timeout", lk::server},
+    status_entry{529, "HTTP 529 Overloaded (Anthropic)", lk::capacity},
 };
 
 // Tables must stay grouped, in the order the classifier and the docs describe.
@@ -238,10 +250,20 @@ consteval bool grouped_in_order() {
         if (e.name.empty() || e.regex.empty() || e.source.empty() || e.example.empty())
             return false;
         if ((e.table == "hint") != (e.form != hint_form::none)) return false;
+        // every decision that retries says what kind of limit it is; the others say none
+        const bool retries = e.table == "usage_limit" || e.table == "retryable";
+        if (retries != (e.limit != limit_kind::none)) return false;
     }
     return true;
 }
 static_assert(grouped_in_order(), "pattern table: tables out of order or an entry is incomplete");
+
+consteval bool statuses_have_limits() {
+    for (const auto& s : statuses)
+        if (s.limit == limit_kind::none) return false;
+    return true;
+}
+static_assert(statuses_have_limits(), "pattern table: a retryable status without a limit");
 
 }  // namespace
 

@@ -120,6 +120,7 @@ void append_json(std::string& out, const event& e) {
                        field_int(out, "maxAttempts", x.max_attempts);
                        field_int(out, "delayMs", x.delay_ms);
                        field(out, "errorMessage", x.error_message);
+                       field(out, "limit", to_string(x.limit));
                    },
                    [&](const auto_retry_end_event& x) {
                        field_bool(out, "success", x.success);

@@ -92,6 +92,10 @@ struct jsonl_case final : Catch::ITestInvoker {
         }
         CHECK(c.retryable() ==
               (*expect == error_kind::retryable || *expect == error_kind::usage_limit));
+        // every line states the kind of limit it must get (none when not retryable)
+        REQUIRE(v.contains("limit"));
+        CHECK(coagent::to_string(c.limit) == v.at("limit").as_string());
+        CHECK((c.limit == coagent::limit_kind::none) == !c.retryable());
 
         // The same text through the message gate decides the same way.
         const auto g = classify(assistant_error(message, status), coagent::model_info{}, fixed_now);
@@ -584,14 +588,18 @@ TEST_CASE("to_json and to_string", "[classify][json]") {
 
     auto s = [](const classification& c) { return boost::json::serialize(coagent::to_json(c)); };
     CHECK(s(text("503 Service Unavailable", 503)) ==
-          R"({"kind":"retryable","retryable":true,"rule":"status/503"})");
-    CHECK(s(text("429 Too Many Requests retry-after-ms=1500", 429)) ==
-          R"({"kind":"retryable","retryable":true,"rule":"status/429","retryAfterMs":1500})");
-    CHECK(s(text("You have reached your usage limit")) ==
-          R"({"kind":"usage_limit","retryable":true,"rule":"usage_limit/usage.?limit"})");
-    CHECK(s(text("prompt is too long")) ==
-          R"({"kind":"context_overflow","retryable":false,"rule":"overflow/prompt is too long"})");
-    CHECK(s(text("401 Unauthorized", 401)) == R"({"kind":"none","retryable":false,"rule":"none"})");
+          R"({"kind":"retryable","retryable":true,"rule":"status/503","limit":"capacity"})");
+    CHECK(
+        s(text("429 Too Many Requests retry-after-ms=1500", 429)) ==
+        R"({"kind":"retryable","retryable":true,"rule":"status/429","limit":"rate","retryAfterMs":1500})");
+    CHECK(
+        s(text("You have reached your usage limit")) ==
+        R"({"kind":"usage_limit","retryable":true,"rule":"usage_limit/usage.?limit","limit":"quota"})");
+    CHECK(
+        s(text("prompt is too long")) ==
+        R"({"kind":"context_overflow","retryable":false,"rule":"overflow/prompt is too long","limit":"none"})");
+    CHECK(s(text("401 Unauthorized", 401)) ==
+          R"({"kind":"none","retryable":false,"rule":"none","limit":"none"})");
 }
 
 // ---- the policy document's tables are generated from this table ------------------------------
@@ -627,16 +635,22 @@ std::string generated_pattern_tables() {
         {"hint", "Retry hints (tried in this order; the first form that matches gives the wait)"},
     };
     for (const auto& [table, title] : titles) {
-        o << "\n**" << title << "**\n\n| entry | regex | source | example |\n|---|---|---|---|\n";
+        // the tables whose entries decide a retry also say what kind of limit it is
+        const bool limits = table == "usage_limit" || table == "retryable";
+        o << "\n**" << title << "**\n\n| entry | regex |" << (limits ? " limit |" : "")
+          << " source | example |\n|---|---|" << (limits ? "---|" : "") << "---|---|\n";
         for (const auto& e : pattern_table())
-            if (e.table == table)
-                o << "| `" << md_cell(e.name) << "` | `" << md_cell(e.regex) << "` | "
-                  << md_cell(e.source) << " | `" << md_cell(e.example) << "` |\n";
+            if (e.table == table) {
+                o << "| `" << md_cell(e.name) << "` | `" << md_cell(e.regex) << "` | ";
+                if (limits) o << "`" << coagent::to_string(e.limit) << "` | ";
+                o << md_cell(e.source) << " | `" << md_cell(e.example) << "` |\n";
+            }
     }
     o << "\n**Retryable HTTP statuses** (when the provider gave one; rule `status/<code>`)\n\n"
-         "| status | meaning |\n|---|---|\n";
+         "| status | limit | meaning |\n|---|---|---|\n";
     for (const auto& s : coagent::retryable_statuses())
-        o << "| " << s.code << " | " << md_cell(s.source) << " |\n";
+        o << "| " << s.code << " | `" << coagent::to_string(s.limit) << "` | " << md_cell(s.source)
+          << " |\n";
     return o.str();
 }
 

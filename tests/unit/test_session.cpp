@@ -62,10 +62,10 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     REQUIRE(starts.size() == 2);
     CHECK(
         starts[0] ==
-        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
     CHECK(
         starts[1] ==
-        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded"})"));
+        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
     CHECK(h.of("auto_retry_end")[0] ==
           obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
 

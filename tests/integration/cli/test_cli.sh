@@ -112,11 +112,12 @@ while IFS= read -r line; do
   expect=$(node -e 'console.log(JSON.parse(process.argv[1]).expect)' "$line")
   args=(classify --message "$msg")
   [ -n "$status" ] && args+=(--status "$status")
-  kind=$("$COAGENT" "${args[@]}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).kind))')
-  check "classify: $msg" [ "$kind" = "$expect" ]
+  limit=$(node -e 'console.log(JSON.parse(process.argv[1]).limit)' "$line")
+  got=$("$COAGENT" "${args[@]}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s);console.log(o.kind+" "+o.limit)})')
+  check "classify: $msg" [ "$got" = "$expect $limit" ]
 done < "$DATA/provider-errors.jsonl"
 "$COAGENT" classify --message "429 Too Many Requests retry-after-ms=1500" --now 0 >out.txt
-check "classify prints the hint" equals out.txt '{"kind":"retryable","retryable":true,"rule":"retryable/too many requests","retryAfterMs":1500}' || cat out.txt >&2
+check "classify prints the hint" equals out.txt '{"kind":"retryable","retryable":true,"rule":"retryable/too many requests","limit":"rate","retryAfterMs":1500}' || cat out.txt >&2
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -90,8 +90,9 @@ await withClient(
         await settled;
         const starts = events.filter((e) => e.type === "auto_retry_start");
         assert.deepEqual(starts, [
-            { type: "auto_retry_start", attempt: 1, maxAttempts: 3, delayMs: 100, errorMessage: overloaded },
-            { type: "auto_retry_start", attempt: 2, maxAttempts: 3, delayMs: 200, errorMessage: overloaded },
+            // the reference's fields, plus coagent's extra `limit` (the kind of limit)
+            { type: "auto_retry_start", attempt: 1, maxAttempts: 3, delayMs: 100, errorMessage: overloaded, limit: "capacity" },
+            { type: "auto_retry_start", attempt: 2, maxAttempts: 3, delayMs: 200, errorMessage: overloaded, limit: "capacity" },
         ]);
         const ends = events.filter((e) => e.type === "auto_retry_end");
         assert.deepEqual(ends, [{ type: "auto_retry_end", success: true, attempt: 2 }]);

@@ -2,6 +2,7 @@
 // Pure error classification (policy §2 and Appendix A): is an assistant error retryable, a
 // usage limit, or a context overflow; and what retry hint does its text carry. No I/O.
 
+#include <coagent/runtime/limit.hpp>
 #include <coagent/runtime/message.hpp>
 
 #include <boost/json/object.hpp>
@@ -23,6 +24,9 @@ struct classification {
     /// "status/503", "retryable/overloaded", "usage_limit/usage.?limit",
     /// "overflow/silent usage"; "none" when nothing matched.
     std::string rule = "none";
+    /// The kind of limit (rate, quota, billing, capacity, server, transport) of a retryable
+    /// decision, from the entry or status that decided; none otherwise.
+    limit_kind limit = limit_kind::none;
     std::optional<int> status;                   // HTTP status when the provider gave one
     std::string provider_error_type;             // e.g. "overloaded_error" when known
     std::optional<std::int64_t> retry_after_ms;  // hint parsed from the error text
@@ -47,7 +51,7 @@ classification classify(const message& m, const model_info& model, std::int64_t 
 /// rounded up to whole ms.
 std::optional<std::int64_t> parse_retry_hint(std::string_view text, std::int64_t now_ms);
 
-/// {"kind","retryable","rule","retryAfterMs"?} as `coagent classify` prints it.
+/// {"kind","retryable","rule","limit","retryAfterMs"?} as `coagent classify` prints it.
 json::object to_json(const classification& c);
 
 }  // namespace coagent

@@ -2,6 +2,8 @@
 // The versioned pattern table behind classify() (policy Appendix A): every regular expression
 // the classifier uses, each with the provider it comes from and an example it must match.
 
+#include <coagent/runtime/limit.hpp>
+
 #include <cstddef>
 #include <span>
 #include <string_view>
@@ -9,7 +11,7 @@
 namespace coagent {
 
 /// Bumped whenever an entry is added, removed, reordered or changed.
-inline constexpr std::string_view pattern_table_version = "2026.11.2";
+inline constexpr std::string_view pattern_table_version = "2026.12.1";
 
 /// Extraction helpers (not decision rules): the provider's JSON error type
 /// (`"type":"overloaded_error"`), and one part of a "try again in 2h 3m" duration.
@@ -40,6 +42,9 @@ struct pattern_entry {
     std::string_view regex;    // RE2 syntax; compiled case-insensitive, UTF-8
     std::string_view source;   // provider / origin of the pattern
     std::string_view example;  // a text the entry matches (checked by the tests)
+    /// The kind of limit a decision by this entry reports: set on every usage_limit and
+    /// retryable entry, none on the others.
+    limit_kind limit = limit_kind::none;
     hint_form form = hint_form::none;
 };
 
@@ -47,6 +52,7 @@ struct pattern_entry {
 struct status_entry {
     int code;
     std::string_view source;
+    limit_kind limit = limit_kind::none;
 };
 
 /// All entries, grouped by table, in the order the classifier tries them.

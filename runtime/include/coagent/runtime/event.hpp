@@ -2,6 +2,7 @@
 // Session events: typed values on the hot path, serialised to the reference agent's JSON
 // shapes (docs/architecture.md "Events") only where a consumer needs JSON (RPC, json mode, logs).
 
+#include <coagent/runtime/limit.hpp>
 #include <coagent/runtime/message.hpp>
 
 #include <boost/json/object.hpp>
@@ -52,6 +53,7 @@ struct auto_retry_start_event {
     int max_attempts = 0;
     std::int64_t delay_ms = 0;
     std::string error_message;
+    limit_kind limit = limit_kind::none;  // coagent's extra field `limit` (typed limits)
 };
 struct auto_retry_end_event {
     bool success = false;
