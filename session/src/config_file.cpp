@@ -2,6 +2,7 @@
 
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/session/config_file.hpp>
+#include <coagent/session/private_files.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -186,11 +187,11 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     }
     fs::path dir = target.parent_path();
     if (dir.empty()) dir = ".";
-    fs::create_directories(dir, fec);
-    if (fec)
+    fs::path failed;
+    if (auto ec = create_private_directories(dir, &failed))  // 0700 when coagent creates it
         throw settings_error(
-            label, "", "a writable directory", fec.message(),
-            label + ": cannot create directory " + dir.string() + ": " + fec.message());
+            label, "", "a writable directory", ec.message(),
+            label + ": cannot create directory " + failed.string() + ": " + ec.message());
 
     struct stat old {};
     const bool existed = ::stat(target.c_str(), &old) == 0;
@@ -245,9 +246,16 @@ void write_atomically(const fs::path& path, const std::string& content, const st
 
 lock::lock(const fs::path& file) {
     const fs::path path(file.string() + ".lock");
-    std::error_code ec;
-    fs::create_directories(path.parent_path().empty() ? fs::path(".") : path.parent_path(), ec);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    (void)create_private_directories(path.parent_path());  // a failure shows in open()
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ >= 0) {
+        if (::fchmod(fd_, 0600) != 0) {  // created here: 0600 whatever the umask
+            error = path.string() + ": " + errno_text(errno);
+            return;
+        }
+    } else if (errno == EEXIST) {
+        fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    }
     if (fd_ < 0) {
         error = path.string() + ": " + errno_text(errno);
         return;

@@ -1,6 +1,7 @@
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/private_files.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -11,6 +12,10 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace coagent {
 
@@ -81,17 +86,21 @@ session_history::file_state& session_history::file_mode() {
 session_history session_history::create_file(const fs::path& dir, std::string cwd) {
     session_history h;
     h.file_mode().cwd = std::move(cwd);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw std::system_error(ec, "cannot create session directory " + dir.string());
+    fs::path failed;
+    if (auto ec = create_private_directories(dir, &failed))  // 0700: docs/reliability.md
+        throw std::system_error(ec, "cannot create session directory " + failed.string());
     std::string ts = iso_timestamp(wall_clock_ms());
     for (char& c : ts)
         if (c == ':' || c == '.') c = '-';
     const auto& path = h.file_->path = dir / (ts + "_" + h.id_ + ".jsonl");
-    h.out_ = std::fopen(path->c_str(), "ae");
-    if (!h.out_)
-        throw std::system_error(errno, std::generic_category(),
+    // 0600 whatever the umask: conversations, tool output and echoed keys are the owner's only
+    const int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0 || ::fchmod(fd, 0600) != 0 || !(h.out_ = ::fdopen(fd, "a"))) {
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        throw std::system_error(err, std::generic_category(),
                                 "cannot open session file " + path->string());
+    }
     return h;
 }
 

@@ -2,12 +2,18 @@
 
 #include "support/session_harness.hpp"
 
+#include <coagent/session/config_file.hpp>
 #include <coagent/session/history.hpp>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>
+
+#include <sys/stat.h>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -20,6 +26,7 @@ struct temp_dir {
     temp_dir() {
         path = fs::temp_directory_path() / ("coagent-test-" + random_hex_id(12));
         fs::create_directories(path);
+        fs::permissions(path, fs::perms::owner_all);  // private: no readable-directory warning
     }
     ~temp_dir() {
         std::error_code ec;
@@ -286,4 +293,90 @@ TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session
     CHECK(msgs[1]->usage.output == INT64_MIN);
     CHECK(msgs[1]->usage.total_tokens == INT64_MAX);
     CHECK(msgs[1]->timestamp == INT64_MIN);
+}
+
+namespace {
+
+unsigned mode_of(const fs::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_mode & 07777;
+}
+
+// Sets the process umask for one scope (tests in one binary run one at a time).
+struct umask_scope {
+    mode_t old;
+    explicit umask_scope(mode_t m) : old(::umask(m)) {}
+    ~umask_scope() { ::umask(old); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
+    "the umask; existing directories are left alone",
+    "[history][issue-17]") {
+    for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
+        INFO("umask " << std::oct << mask);
+        temp_dir dir;
+        fs::permissions(dir.path, fs::perms(0755));
+        const fs::path home = dir.path / "home";  // $COAGENT_DIR, created by coagent
+        const fs::path sessions = home / "sessions";
+        umask_scope scope(mask);
+        auto h = session_history::create_file(sessions, "/somewhere");
+        REQUIRE(h.file());
+        CHECK(mode_of(*h.file()) == 0600);
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message("hi"))));
+        CHECK(mode_of(*h.file()) == 0600);
+        CHECK(mode_of(sessions) == 0700);
+        CHECK(mode_of(home) == 0700);
+        CHECK(mode_of(dir.path) == 0755);  // not created by coagent: not touched
+
+        // settings.json and auth.json writes create $COAGENT_DIR the same way
+        const fs::path other = dir.path / "other-home";
+        config_file::write_atomically(other / "settings.json", "{}\n", "settings.json");
+        CHECK(mode_of(other) == 0700);
+        const fs::path third = dir.path / "third-home";
+        { config_file::lock l(third / "auth.json"); }
+        CHECK(mode_of(third) == 0700);
+        CHECK(mode_of(third / "auth.json.lock") == 0600);
+    }
+}
+
+TEST_CASE(
+    "issue 17 item 1: an existing session directory that group or others can read is warned "
+    "about once, and left as it is",
+    "[history][issue-17]") {
+    temp_dir dir;
+    const fs::path sessions = dir.path / "sessions";
+    fs::create_directories(sessions);
+    fs::permissions(sessions, fs::perms(0755));
+    std::ostringstream log;
+    auto logger = std::make_shared<spdlog::logger>(
+        "test", std::make_shared<spdlog::sinks::ostream_sink_st>(log));
+    logger->set_pattern("%l: %v");
+    const auto make = [&](const fs::path& d) {
+        harness h("[]", settings{}, [&](session_options& o) {
+            o.session_dir = d;
+            o.cwd = "/somewhere";
+            o.logger = logger;
+        });
+    };
+    make(sessions);
+    CHECK(log.str() == "warning: " + sessions.string() +
+                           ": the session directory can be read by group or others (mode 0755); "
+                           "`chmod 700 " +
+                           sessions.string() + "` keeps conversations private\n");
+    make(sessions);  // once per directory and process
+    CHECK(log.str().find("warning", 1) == std::string::npos);
+    CHECK(mode_of(sessions) == 0755);
+
+    log.str("");
+    const fs::path private_dir = dir.path / "private";
+    fs::create_directories(private_dir);
+    fs::permissions(private_dir, fs::perms(0700));
+    make(private_dir);
+    fs::permissions(private_dir, fs::perms(0710));  // searchable, not readable: no warning
+    make(private_dir);
+    CHECK(log.str().empty());
 }

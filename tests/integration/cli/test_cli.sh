@@ -69,6 +69,19 @@ check "session file keeps the errors" [ "$(grep -c '"stopReason":"error"' "$f")"
 check "--continue sends the history" contains log2.jsonl '"text":"hi"'
 check "--continue filters errors" bash -c "! grep -q '\"stopReason\":\"error\"' log2.jsonl"
 
+# issue 17 item 1: a $COAGENT_DIR and sessions/ that coagent creates are 0700, session files
+# 0600, whatever the umask; an existing sessions/ that others can read is warned about
+fresh="$work/fresh-home"
+(umask 000; COAGENT_DIR="$fresh" "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>err.txt)
+check "created COAGENT_DIR is 0700" [ "$(stat -c %a "$fresh")" = 700 ]
+check "created sessions/ is 0700" [ "$(stat -c %a "$fresh/sessions")" = 700 ]
+check "session file is 0600" [ "$(stat -c %a "$fresh"/sessions/*.jsonl)" = 600 ]
+check "no warning for a private sessions/" equals err.txt ""
+chmod 755 "$fresh/sessions"
+COAGENT_DIR="$fresh" "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>err.txt
+check "readable sessions/ warned" contains err.txt "$fresh/sessions: the session directory can be read by group or others (mode 0755)"
+check "readable sessions/ not chmodded" [ "$(stat -c %a "$fresh/sessions")" = 755 ]
+
 # no script: the friendly fixed reply
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."

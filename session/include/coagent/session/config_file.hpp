@@ -41,9 +41,10 @@ boost::json::object parse_object(std::string_view text, const std::string& label
                                  std::string_view expected_top = "a JSON object at the top level");
 
 /// Replaces `path` with `content`: a temporary file in the same directory, fsync, rename, fsync
-/// of the directory (created if missing); a symlink is written through, not replaced. `mode`:
-/// the new file's permission bits; nullopt keeps those of the file replaced (a new file gets
-/// 0666 less the umask). The temporary file is removed on failure. Throws settings_error
+/// of the directory (created 0700 if missing, create_private_directories); a symlink is written
+/// through, not replaced. `mode`: the new file's permission bits; nullopt keeps those of the file
+/// replaced (a new file gets 0666 less the umask). The temporary file is removed on failure. Throws
+/// settings_error
 /// (`<file>: cannot <action>: <errno text>`).
 void write_atomically(const std::filesystem::path& path, const std::string& content,
                       const std::string& label, std::optional<unsigned> mode = std::nullopt);
