@@ -26,6 +26,7 @@ int run_classify(const std::string& text, std::optional<int> status,
 }  // namespace
 
 int main(int argc, char** argv) {
+    const auto std_fds = coagent::reserve_standard_descriptors();
     CLI::App app{"coagent — LLM agent sessions with automatic retry (C++20, Asio)", "coagent"};
     app.set_version_flag("--version", std::string("coagent ") + COAGENT_VERSION);
     app.footer(
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
             o.model = model;
         }
     }
+    o.stdout_closed = std_fds.stdout_closed;
     if (!session_dir.empty()) o.session_dir = session_dir;
     if (!session_file.empty()) o.session_file = session_file;
     if (!faux_log.empty()) o.faux_log = faux_log;

@@ -10,6 +10,10 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
 #include <iostream>
 
 namespace coagent {
@@ -142,6 +146,22 @@ std::vector<model_info> app_catalog::available() {
             if (auto provider = resolve(p.name, m.id, error)) out.push_back(provider->model());
         }
     return out;
+}
+
+standard_descriptors reserve_standard_descriptors() noexcept {
+    standard_descriptors d;
+    bool* closed[3] = {&d.stdin_closed, &d.stdout_closed, &d.stderr_closed};
+    for (int fd = 0; fd < 3; ++fd) {
+        if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        *closed[fd] = true;
+        // open() returns the lowest free number: this one, since the lower ones are open
+        const int null = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (null >= 0 && null != fd) {
+            ::dup2(null, fd);
+            ::close(null);
+        }
+    }
+    return d;
 }
 
 fs::path app_context::sessions_dir() const {

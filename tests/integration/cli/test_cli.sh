@@ -82,6 +82,19 @@ COAGENT_DIR="$fresh" "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 
 check "readable sessions/ warned" contains err.txt "$fresh/sessions: the session directory can be read by group or others (mode 0755)"
 check "readable sessions/ not chmodded" [ "$(stat -c %a "$fresh/sessions")" = 755 ]
 
+# issue 17 item 8: RPC mode exits 1 when stdout fails. EPIPE: a FIFO's write end whose only
+# reader is closed before coagent starts (no race); and a closed stdout.
+mkfifo "$work/nobody-reads"
+exec 3<>"$work/nobody-reads" 4>"$work/nobody-reads"
+exec 3<&-
+echo '{"type":"get_state"}' | "$COAGENT" --mode rpc --no-session >&4 2>err.txt; rc=$?
+exec 4>&-
+check "rpc: EPIPE on stdout exits 1" [ $rc = 1 ] || echo "got rc $rc" >&2
+check "rpc: EPIPE logged" contains err.txt "writing stdout failed"
+echo '{"type":"get_state"}' | "$COAGENT" --mode rpc --no-session >&- 2>err.txt; rc=$?
+check "rpc: closed stdout exits 1" [ $rc = 1 ] || echo "got rc $rc" >&2
+check "rpc: closed stdout named" contains err.txt "stdout"
+
 # no script: the friendly fixed reply
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."
