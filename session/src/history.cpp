@@ -10,10 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,14 +22,23 @@ namespace coagent {
 namespace fs = std::filesystem;
 
 std::string random_hex_id(std::size_t hex_digits) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
+    // From the OS's random source (getrandom, urandom pool), never a seeded PRNG: no state to
+    // repeat in a forked child, and every bit of an id is unpredictable.
+    std::string bytes((hex_digits + 1) / 2, '\0');
+    for (std::size_t got = 0; got < bytes.size();) {
+        const ssize_t n = ::getrandom(bytes.data() + got, bytes.size() - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw std::system_error(errno, std::generic_category(),
+                                    "cannot take a random id from the OS (getrandom)");
+        }
+        got += static_cast<std::size_t>(n);
+    }
     static constexpr char digits[] = "0123456789abcdef";
     std::string s(hex_digits, '0');
-    std::uint64_t bits = 0;
     for (std::size_t i = 0; i < hex_digits; ++i) {
-        if (i % 16 == 0) bits = rng();
-        s[i] = digits[bits & 0xf];
-        bits >>= 4;
+        const auto b = static_cast<unsigned char>(bytes[i / 2]);
+        s[i] = digits[i % 2 == 0 ? b >> 4 : b & 0xf];
     }
     return s;
 }

@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -379,4 +381,38 @@ TEST_CASE(
     fs::permissions(private_dir, fs::perms(0710));  // searchable, not readable: no warning
     make(private_dir);
     CHECK(log.str().empty());
+}
+
+TEST_CASE(
+    "issue 17 item 9: session and entry ids come from the OS random source: a forked child "
+    "does not repeat its parent's ids",
+    "[history][issue-17]") {
+    (void)random_hex_id(32);  // any per-process generator state is set up before the fork
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const std::string id = random_hex_id(32) + random_hex_id(8);
+        const auto n = ::write(fds[1], id.data(), id.size());
+        ::_exit(n == static_cast<ssize_t>(id.size()) ? 0 : 1);
+    }
+    ::close(fds[1]);
+    const std::string mine = random_hex_id(32) + random_hex_id(8);
+    std::string theirs(40, '\0');
+    std::size_t got = 0;
+    while (got < theirs.size()) {
+        const auto n = ::read(fds[0], theirs.data() + got, theirs.size() - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(got == 40);
+    CHECK(mine.find_first_not_of("0123456789abcdef") == std::string::npos);
+    CHECK(theirs.substr(0, 32) != mine.substr(0, 32));
+    CHECK(theirs.substr(32) != mine.substr(32));
+    // ids of every length come out whole: 1, 8, 16, 17 and 32 hex digits
+    for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
 }

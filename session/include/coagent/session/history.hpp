@@ -101,7 +101,8 @@ struct session_history::loaded {
     std::vector<std::string> warnings;
 };
 
-/// A fresh random id of `hex_digits` hex digits.
+/// A fresh random id of `hex_digits` hex digits, from the OS's random source (getrandom(2)).
+/// Throws std::system_error when the OS gives no random bytes (no weaker fallback).
 std::string random_hex_id(std::size_t hex_digits);
 
 }  // namespace coagent
