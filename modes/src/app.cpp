@@ -102,6 +102,8 @@ std::shared_ptr<provider> app_catalog::build(std::string_view provider_name,
     ho.auth = auth_;
     try {
         auto p = std::make_shared<http_provider>(std::move(ho));
+        if (!p->cleartext_refusal().empty() && auth_->credential_count(provider_name) > 0)
+            throw http_provider_error(p->cleartext_refusal());  // auth.json keys: the same rule
         cache_.emplace_back(selector, p);
         return p;
     } catch (const http_provider_error& e) {

@@ -10,6 +10,8 @@
 // kept when coagent rewrites a file.
 
 #include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/providers/http_protocol.hpp>
+#include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
 #include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
@@ -484,4 +486,85 @@ TEST_CASE("fixed bug: an unreadable models.json (here a directory) is an error n
     const auto e = load_error(c, file);
     REQUIRE(e);
     CHECK(e->file == file.string());
+}
+
+TEST_CASE(
+    "issue 17 item 3: an API key over cleartext http:// to a host that is not loopback is "
+    "refused unless the provider says allowInsecureHttp",
+    "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path models = dir.path / "models.json";
+    const auto provider = [](const std::string& url, const std::string& extra) {
+        return R"({"providers":{"lan":{"api":"openai-completions","baseUrl":")" + url +
+               R"(","apiKey":"sk-secret")" + extra + R"(,"models":[{"id":"m"}]}}})";
+    };
+    // refused: exit 2 before any connection, naming the provider, the host and the setting
+    write_file(models, provider("http://192.0.2.7:8080/v1", ""));
+    auto r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "coagent: " + models.string() +
+                       ": provider lan: baseUrl http://192.0.2.7:8080/v1 would send the API key "
+                       "in cleartext to 192.0.2.7, which is not a loopback address: use https://, "
+                       "or set \"allowInsecureHttp\": true in this provider's entry of models.json "
+                       "to allow it\n");
+    write_file(models, provider("http://llm.lan/v1", ""));
+    r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("in cleartext to llm.lan,"));
+
+    // the library says the same (models_config → http_provider options)
+    auto cfg = models_config::load(models);
+    auto opts = cfg.provider_options("lan", "m", provider_settings{});
+    CHECK_FALSE(opts.allow_insecure_http);
+    CHECK_THROWS_WITH(http_provider(opts), Catch::Contains("not a loopback address"));
+
+    // allowed: the setting, loopback hosts, https, or no key at all
+    write_file(models, provider("http://192.0.2.7:8080/v1", R"(,"allowInsecureHttp":true)"));
+    cfg = models_config::load(models);
+    CHECK(cfg.warnings().empty());
+    opts = cfg.provider_options("lan", "m", provider_settings{});
+    CHECK(opts.allow_insecure_http);
+    CHECK_NOTHROW(http_provider(opts));
+    for (const std::string url :
+         {"http://127.0.0.1:9/v1", "http://127.1.2.3/v1", "http://localhost:8080/v1",
+          "http://[::1]:8080/v1", "https://192.0.2.7/v1"}) {
+        INFO(url);
+        write_file(models, provider(url, ""));
+        opts = models_config::load(models).provider_options("lan", "m", provider_settings{});
+        CHECK_NOTHROW(http_provider(opts));
+    }
+    write_file(
+        models,
+        R"({"providers":{"lan":{"api":"openai-completions","baseUrl":"http://192.0.2.7/v1","models":[{"id":"m"}]}}})");
+    opts = models_config::load(models).provider_options("lan", "m", provider_settings{});
+    CHECK_NOTHROW(http_provider(opts));  // nothing secret to send
+
+    // a wrong type is a settings_error like any other key
+    write_file(models, provider("http://192.0.2.7/v1", R"(,"allowInsecureHttp":"yes")"));
+    r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err,
+               Catch::Contains("key \"providers.lan.allowInsecureHttp\": expected a boolean"));
+}
+
+TEST_CASE("issue 17 item 3: an error never quotes a URL's userinfo or query string",
+          "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path models = dir.path / "models.json";
+    // invalid in models.json (no host), and invalid for the provider (a space)
+    for (const std::string url : {"http://user:pa55@/v1?key=sk-secret",
+                                  "https://user:pa55@host name/v1?key=sk-secret#frag"}) {
+        INFO(url);
+        write_file(models, R"({"providers":{"lan":{"api":"openai-completions","baseUrl":")" + url +
+                               R"(","models":[{"id":"m"}]}}})");
+        const auto r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+        CHECK(r.exit_code == 2);
+        CHECK_THAT(r.err, Catch::Contains("baseUrl"));
+        CHECK_THAT(r.err, !Catch::Contains("pa55") && !Catch::Contains("sk-secret") &&
+                              !Catch::Contains("frag") && !Catch::Contains("user"));
+    }
+    CHECK(http_protocol::redact_url("https://u:p@h:1/v1?key=s#f") == "https://h:1/v1?…");
+    CHECK(http_protocol::redact_url("http://h/v1") == "http://h/v1");
+    CHECK(http_protocol::redact_url("not a url @x?y") == "not a url @x?…");
 }
