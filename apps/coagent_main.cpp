@@ -11,7 +11,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <sys/prctl.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 namespace {
@@ -23,16 +27,36 @@ int run_classify(const std::string& text, std::optional<int> status,
     return 0;
 }
 
+// This process holds API keys in memory: no core dumps and no ptrace by other processes of the
+// same user (PR_SET_DUMPABLE 0), unless COAGENT_ALLOW_CORE_DUMPS=1 (docs/reliability.md).
+// Returns false (after the error line) for a value other than 1, 0 or empty.
+bool set_dumpable() {
+    const char* v = std::getenv("COAGENT_ALLOW_CORE_DUMPS");
+    const std::string_view allow = v ? v : "";
+    if (allow != "" && allow != "0" && allow != "1") {
+        std::cerr << "coagent: COAGENT_ALLOW_CORE_DUMPS: expected 1 (allow core dumps) or 0, "
+                     "found \""
+                  << allow << "\"\n";
+        return false;
+    }
+    if (allow != "1" && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        std::cerr << "coagent: warning: cannot turn core dumps off (prctl PR_SET_DUMPABLE): "
+                  << std::strerror(errno) << "\n";
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const auto std_fds = coagent::reserve_standard_descriptors();
+    if (!set_dumpable()) return 2;
     CLI::App app{"coagent — LLM agent sessions with automatic retry (C++20, Asio)", "coagent"};
     app.set_version_flag("--version", std::string("coagent ") + COAGENT_VERSION);
     app.footer(
         "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration "
         "error; "
-        "130 interrupted.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
+        "130 interrupted.\nCore dumps are off; COAGENT_ALLOW_CORE_DUMPS=1 allows "
+        "them.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
         "project "
         "layer <cwd>/.coagent/settings.json.");
 

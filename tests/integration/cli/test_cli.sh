@@ -95,6 +95,29 @@ echo '{"type":"get_state"}' | "$COAGENT" --mode rpc --no-session >&- 2>err.txt; 
 check "rpc: closed stdout exits 1" [ $rc = 1 ] || echo "got rc $rc" >&2
 check "rpc: closed stdout named" contains err.txt "stdout"
 
+# issue 17 item 4: a running coagent cannot be core-dumped or ptrace-read by its user
+# (PR_SET_DUMPABLE 0): /proc/<pid>/status then belongs to root, not to the process's user. Run as
+# nobody when the tests run as root, so that the owner tells. COAGENT_ALLOW_CORE_DUMPS=1 opts out.
+pub=$(mktemp -d); chmod 755 "$pub"
+run_as=()
+[ "$(id -u)" = 0 ] && run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+proc_owner() {  # proc_owner [ENV=VALUE]: the owner of /proc/<pid>/status of a running coagent --mode rpc
+  local line owner
+  coproc RPC { cd "$pub" && exec env COAGENT_DIR="$pub/home" "$@" "${run_as[@]}" "$COAGENT" --mode rpc --no-session 2>"$pub/err"; }
+  read -r -t 30 -u "${RPC[0]}" line
+  owner=$(stat -c %u "/proc/$RPC_PID/status")
+  exec {RPC[1]}>&-
+  wait "$RPC_PID"
+  echo "$owner"
+}
+me=$(id -u); [ "$me" = 0 ] && me=$(id -u nobody)
+check "not dumpable by default" [ "$(proc_owner)" = 0 ]
+check "COAGENT_ALLOW_CORE_DUMPS=1 keeps it dumpable" [ "$(proc_owner COAGENT_ALLOW_CORE_DUMPS=1)" = "$me" ]
+COAGENT_ALLOW_CORE_DUMPS=yes "$COAGENT" -p hi --no-session >out.txt 2>err.txt; rc=$?
+check "bad COAGENT_ALLOW_CORE_DUMPS exit 2" [ $rc = 2 ]
+check "bad COAGENT_ALLOW_CORE_DUMPS named" equals err.txt 'coagent: COAGENT_ALLOW_CORE_DUMPS: expected 1 (allow core dumps) or 0, found "yes"'
+rm -rf "$pub"
+
 # no script: the friendly fixed reply
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."
