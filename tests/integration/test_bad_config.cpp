@@ -568,3 +568,85 @@ TEST_CASE("issue 17 item 3: an error never quotes a URL's userinfo or query stri
     CHECK(http_protocol::redact_url("http://h/v1") == "http://h/v1");
     CHECK(http_protocol::redact_url("not a url @x?y") == "not a url @x?…");
 }
+
+TEST_CASE(
+    "issue 17 item 5: settings, models and auth files that are not regular files are refused, "
+    "naming the file",
+    "[config][issue-17]") {
+    for (const auto kind : {file_kind::settings, file_kind::models, file_kind::auth}) {
+        for (const std::string what : {"a pipe", "a character device"}) {
+            DYNAMIC_SECTION(file_name(kind) << " -> " << what) {
+                // a pipe that holds "{}" and has no writer left (read whole without blocking,
+                // valid), or /dev/null
+                int fds[2];
+                REQUIRE(::pipe(fds) == 0);
+                REQUIRE(::write(fds[1], "{}", 2) == 2);
+                ::close(fds[1]);
+                struct closer {
+                    int fd;
+                    ~closer() { ::close(fd); }
+                } close_it{fds[0]};
+                const std::string target = what == "a pipe"
+                                               ? "/proc/self/fd/" + std::to_string(fds[0])
+                                               : std::string("/dev/null");
+                temp_dir dir;
+                const fs::path file = dir.path / file_name(kind);
+                fs::create_symlink(target, file);
+                const bad_case c{kind, "not a regular file", "", "", "", ""};
+                const auto e = load_error(c, file);
+                REQUIRE(e);
+                CHECK(e->file == file.string());
+                CHECK(e->expected == "a regular file");
+                CHECK(std::string(e->what()) ==
+                      file.string() + ": not a regular file (" + what +
+                          "); coagent reads configuration only from regular files");
+            }
+        }
+    }
+    // the project layer too: <cwd>/.coagent/settings.json -> /dev/stdin in RPC mode
+    temp_dir dir;
+    const fs::path project = dir.path / "project" / ".coagent" / "settings.json";
+    fs::create_directories(project.parent_path());
+    fs::create_symlink("/dev/stdin", project);
+    const std::string cmd =
+        "cd '" + (dir.path / "project").string() + "' && echo '{}' | COAGENT_DIR='" +
+        (dir.path / "home").string() + "' '" COAGENT_BIN "' --mode rpc --no-session >'" +
+        (dir.path / "out").string() + "' 2>'" + (dir.path / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(read_text(dir.path / "out").empty());
+    CHECK(read_text(dir.path / "err") ==
+          "coagent: " + project.string() +
+              ": not a regular file (a pipe); coagent reads configuration only from regular "
+              "files\n");
+}
+
+TEST_CASE("issue 17 item 5: a symlinked auth.json is locked and written at the resolved path",
+          "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path real = dir.path / "secrets" / "auth.json";
+    write_file(real, R"({"local":[{"type":"api_key","key":"k1"},{"type":"api_key","key":"k2"}]})");
+    const fs::path link = dir.path / "home" / "auth.json";
+    fs::create_directories(link.parent_path());
+    fs::create_symlink(real, link);
+    file_auth_storage auth(link, [] { return std::int64_t{1000}; });
+    CHECK(auth.api_key("local", "s1") == "k1");
+    CHECK(auth.mark_usage_limit_reached("local", "s1", 5000));
+    CHECK(fs::is_symlink(link));  // written through, not replaced
+    CHECK(fs::exists(dir.path / "secrets" / "auth.json.lock"));
+    CHECK_FALSE(fs::exists(dir.path / "home" / "auth.json.lock"));
+    CHECK_THAT(read_text(real), Catch::Contains("\"blockedUntil\": 6000"));
+    // a dangling symlink: written at its target, the link stays
+    const fs::path link2 = dir.path / "home2" / "auth.json";
+    fs::create_directories(link2.parent_path());
+    const fs::path real2 = dir.path / "secrets2" / "auth.json";
+    fs::create_directories(real2.parent_path());
+    fs::create_symlink(real2, link2);
+    config_file::write_atomically(link2, "{}\n", link2.string(), 0600);
+    CHECK(fs::is_symlink(link2));
+    CHECK(read_text(real2) == "{}\n");
+    { config_file::lock l(link2); }
+    CHECK(fs::exists(dir.path / "secrets2" / "auth.json.lock"));
+    CHECK_FALSE(fs::exists(dir.path / "home2" / "auth.json.lock"));
+}
