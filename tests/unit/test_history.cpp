@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,11 +81,15 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
     }
     CHECK(stops == std::vector<std::string>{"error", "error", "stop"});
 
-    // load it back: the whole history, errors included
-    auto loaded = session_history::load(*h.session->history().file());
+    // load it back: the whole history, errors included (after the session ended: a session
+    // file has one writer at a time, issue 17 item 2)
+    const fs::path file = *h.session->history().file();
+    const std::string id = h.session->session_id();
+    h.session.reset();
+    auto loaded = session_history::load(file);
     CHECK(loaded.warnings.empty());
     CHECK(loaded.history.messages().size() == 4);
-    CHECK(loaded.history.session_id() == h.session->session_id());
+    CHECK(loaded.history.session_id() == id);
 }
 
 TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line",
@@ -107,6 +112,8 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     CHECK(loaded.history.messages().size() == 1);
     auto m2 = std::make_shared<message>(make_user_message("two"));
     REQUIRE_FALSE(loaded.history.append_message(m2));
+    // a session file has one writer at a time (issue 17 item 2): release it before a reload
+    loaded.history = session_history();
     auto again = session_history::load(file);
     CHECK(again.history.messages().size() == 2);
 }
@@ -211,6 +218,8 @@ TEST_CASE(
     const auto lines = read_lines(file);
     REQUIRE(lines.size() == 2);  // the header is written with the first entry
     CHECK(lines[0].find("\"id\":\"" + id + "\"") != std::string::npos);
+    // a session file has one writer at a time (issue 17 item 2): release it before a reload
+    loaded.history = session_history();
     auto again = session_history::load(file);
     CHECK(again.history.session_id() == id);
     CHECK(again.history.messages().size() == 1);
@@ -222,6 +231,7 @@ TEST_CASE(
     CHECK(b.history.entries().empty());
     CHECK(b.history.session_id().size() == 32);  // no id in the name: a fresh one
     REQUIRE_FALSE(b.history.append_message(std::make_shared<message>(make_user_message("x"))));
+    b.history = session_history();
     CHECK(session_history::load(blank).history.messages().size() == 1);
 }
 
@@ -256,6 +266,7 @@ TEST_CASE("session file limits: an over-long line is skipped, an over-large file
     CHECK(loaded.warnings[0] == file.string() + ":2: line of " + std::to_string(entry.size() - 1) +
                                     " bytes exceeds the limit of 100 bytes (0 MiB); skipped");
     CHECK(loaded.history.entries().size() == 1);
+    loaded.history = session_history();  // one writer at a time (issue 17 item 2)
     CHECK(session_history::load(file).history.entries().size() ==
           2);  // default limits: 64 MiB a line
 
@@ -415,4 +426,49 @@ TEST_CASE(
     CHECK(theirs.substr(32) != mine.substr(32));
     // ids of every length come out whole: 1, 8, 16, 17 and 32 hex digits
     for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
+}
+
+TEST_CASE(
+    "issue 17 item 2: a session file is locked for the life of its session; a second opener is "
+    "refused naming the process that holds it",
+    "[history][issue-17]") {
+    temp_dir dir;
+    const std::string in_use = ": in use by process " + std::to_string(::getpid());
+    std::optional<fs::path> file;
+    {
+        auto h = session_history::create_file(dir.path, "/somewhere");
+        file = h.file();
+        REQUIRE(file);
+        // before the first entry (an empty file) and after it
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message("hi"))));
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        session_history moved = std::move(h);  // the lock moves with the history
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+    }
+    // released with the session: a loaded session holds it the same way
+    {
+        auto loaded = session_history::load(*file);
+        CHECK(loaded.history.messages().size() == 1);
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        REQUIRE_FALSE(
+            loaded.history.append_message(std::make_shared<message>(make_user_message("again"))));
+    }
+    auto again = session_history::load(*file);
+    CHECK(again.history.messages().size() == 2);
+    CHECK(read_lines(*file).size() == 3);
+}
+
+TEST_CASE("issue 17 item 2: the holder of a flock is read from /proc/locks",
+          "[history][issue-17]") {
+    const std::string locks =
+        "1: POSIX  ADVISORY  WRITE 111 fd:01:4242 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 222 00:2f:4242 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 333 00:2f:4242 0 EOF\n"
+        "3: FLOCK  ADVISORY  WRITE 444 fd:01:4242 0 EOF\n"
+        "4: OFDLCK ADVISORY  READ  -1 fd:01:99 0 EOF\n";
+    CHECK(flock_holder(locks, makedev(0xfd, 0x01), 4242) == 444);
+    CHECK(flock_holder(locks, makedev(0x00, 0x2f), 4242) == 222);
+    CHECK(flock_holder(locks, makedev(0xfd, 0x01), 99) == std::nullopt);
+    CHECK(flock_holder("", makedev(0xfd, 0x01), 4242) == std::nullopt);
 }
