@@ -5,6 +5,8 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/rpc_mode.hpp>
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/session/settings_store.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +27,24 @@ int run_classify(const std::string& text, std::optional<int> status,
     auto c = coagent::classify_error_text(text, status, now.value_or(coagent::wall_clock_ms()));
     std::cout << boost::json::serialize(coagent::to_json(c)) << std::endl;
     return 0;
+}
+
+// `coagent auth --unblock [provider]`: lifts stored usage-limit blocks (docs/providers.md).
+int run_unblock(const std::string& provider) {
+    try {
+        const auto file = coagent::coagent_dir() / "auth.json";
+        coagent::file_auth_storage auth(file);
+        const auto lifted = auth.unblock(
+            provider.empty() ? std::nullopt : std::optional<std::string_view>(provider));
+        if (lifted.empty()) std::cout << "no blocked credentials in " << file.string() << "\n";
+        for (const auto& [name, n] : lifted)
+            std::cout << name << ": " << n << (n == 1 ? " block" : " blocks") << " lifted in "
+                      << file.string() << "\n";
+        return 0;
+    } catch (const coagent::settings_error& e) {
+        std::cerr << "coagent: " << e.what() << "\n";
+        return 2;
+    }
 }
 
 // This process holds API keys in memory: no core dumps and no ptrace by other processes of the
@@ -99,6 +119,17 @@ int main(int argc, char** argv) {
     classify_cmd->add_option("--now", classify_now,
                              "Current time in epoch ms (makes dated hints repeatable)");
 
+    auto* auth_cmd = app.add_subcommand(
+        "auth",
+        "Credentials in $COAGENT_DIR/auth.json: --unblock [PROVIDER] lifts usage-limit "
+        "blocks");
+    bool auth_unblock = false;
+    std::string auth_provider;
+    auth_cmd->add_flag("--unblock", auth_unblock,
+                       "Lift the usage-limit blocks of PROVIDER's credentials (all providers "
+                       "without one)");
+    auth_cmd->add_option("provider", auth_provider, "The provider (as named in auth.json)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -111,6 +142,13 @@ int main(int argc, char** argv) {
     }
 
     if (*classify_cmd) return run_classify(classify_message, classify_status, classify_now);
+    if (*auth_cmd) {
+        if (!auth_unblock) {
+            std::cerr << "coagent auth: nothing to do: use --unblock [PROVIDER]\n";
+            return 2;
+        }
+        return run_unblock(auth_provider);
+    }
 
     if (!model.empty()) {
         if (auto slash = model.find('/'); slash != std::string::npos) {

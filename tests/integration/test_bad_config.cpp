@@ -650,3 +650,55 @@ TEST_CASE("issue 17 item 5: a symlinked auth.json is locked and written at the r
     CHECK(fs::exists(dir.path / "secrets2" / "auth.json.lock"));
     CHECK_FALSE(fs::exists(dir.path / "home2" / "auth.json.lock"));
 }
+
+TEST_CASE(
+    "issue 17 item 7: usage-limit blocks are clamped to 7 days, and coagent auth --unblock "
+    "lifts them",
+    "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path file = dir.path / "auth.json";
+    constexpr std::int64_t now = 1'700'000'000'000;
+    constexpr std::int64_t week = std::int64_t{7} * 24 * 60 * 60 * 1000;
+    write_file(file,
+               R"({"openai":[{"type":"api_key","key":"k1"},{"type":"api_key","key":"k2"}],)"
+               R"("anthropic":[{"type":"api_key","key":"a1","blockedUntil":99999999999999999}],)"
+               R"("note":{"type":"other","kept":true}})");
+    {
+        file_auth_storage auth(file, [] { return now; });
+        CHECK(file_auth_storage::max_block_ms == week);
+        // Retry-After: 99999999999 (seconds) on a usage-limit 429
+        CHECK(auth.api_key("openai", "s") == "k1");
+        CHECK(auth.mark_usage_limit_reached("openai", "s", std::int64_t{99999999999} * 1000));
+        CHECK(auth.blocked_until("openai", 0) == now + week);
+        // a block stored beyond 7 days (an older coagent) counts as 7 days from now
+        CHECK(auth.blocked_until("anthropic", 0) == now + week);
+    }
+    CHECK_THAT(read_text(file), Catch::Contains("\"blockedUntil\": " + std::to_string(now + week)));
+
+    // coagent auth --unblock openai: that provider's blocks only
+    auto r = run_coagent(dir.path, "auth --unblock openai");
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == "openai: 1 block lifted in " + file.string() + "\n");
+    {
+        file_auth_storage auth(file);
+        CHECK(auth.blocked_until("openai", 0) == 0);
+        CHECK(auth.blocked_until("anthropic", 0) > 0);
+    }
+    // without a provider: every block
+    r = run_coagent(dir.path, "auth --unblock");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == "anthropic: 1 block lifted in " + file.string() + "\n");
+    CHECK_THAT(read_text(file), !Catch::Contains("blockedUntil"));
+    CHECK_THAT(read_text(file), Catch::Contains("\"kept\": true"));  // other entries kept
+    r = run_coagent(dir.path, "auth --unblock");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == "no blocked credentials in " + file.string() + "\n");
+    // a provider without credentials is an error naming it and the file
+    r = run_coagent(dir.path, "auth --unblock nope");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "coagent: " + file.string() + ": no credentials for provider nope\n");
+    // auth without an action is a usage error
+    r = run_coagent(dir.path, "auth");
+    CHECK(r.exit_code == 2);
+}
