@@ -6,6 +6,7 @@
 #include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/rpc_mode.hpp>
 #include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <CLI/CLI.hpp>
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
     if (!session_file.empty()) o.session_file = session_file;
     if (!faux_log.empty()) o.faux_log = faux_log;
     if (!faux_script.empty()) o.faux_script = faux_script;
-    if (app.count("-p")) o.message = message;
+    if (app.count("-p")) o.message = coagent::to_valid_utf8(message);  // Latin-1 bytes: U+FFFD
 
     if (mode_name == "rpc") {
         o.mode = coagent::app_mode::rpc;

@@ -5,6 +5,7 @@
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -201,7 +202,9 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
     so.model_provider = provider_;
     so.models = catalog_;
     so.config = store_.current();
-    so.cwd = fs::current_path().string();
+    // stored (and matched by --continue) in its valid UTF-8 form: a name that is not UTF-8
+    // gets U+FFFD, so the header is valid JSON and the session loads again
+    so.cwd = to_valid_utf8(fs::current_path().string());
     if (!opts_.no_session) so.session_dir = sessions_dir();
     if (resume && opts_.session_file) so.resume_file = opts_.session_file;
     if (resume && opts_.continue_last) {

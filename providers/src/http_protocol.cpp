@@ -723,7 +723,7 @@ error_details http_error_text(int status, std::string_view body) {
     } else if (!ec) {
         msg = compact_json(v);
     } else {
-        msg = cut_utf8(std::string(trimmed.substr(0, 1004)), 1003);
+        msg = cut_utf8(to_valid_utf8(trimmed.substr(0, 1004)), 1003);  // any bytes a server sent
     }
     d.text = prefix + msg;
     return d;

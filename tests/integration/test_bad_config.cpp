@@ -13,6 +13,7 @@
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
 
@@ -701,4 +702,20 @@ TEST_CASE(
     // auth without an action is a usage error
     r = run_coagent(dir.path, "auth");
     CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("issue 17 item 6: invalid UTF-8 becomes U+FFFD where text enters", "[issue-17]") {
+    const std::string r = "\xEF\xBF\xBD";
+    CHECK(to_valid_utf8("plain caf\xC3\xA9 \xF0\x9F\x98\x80") ==
+          "plain caf\xC3\xA9 \xF0\x9F\x98\x80");
+    CHECK(to_valid_utf8("caf\xE9 au lait") == "caf" + r + " au lait");  // Latin-1
+    CHECK(to_valid_utf8("\x80\xBF") == r + r);                          // stray continuations
+    CHECK(to_valid_utf8("\xC0\xAF") == r + r);                          // overlong
+    CHECK(to_valid_utf8("\xED\xA0\x80") == r + r + r);                  // a surrogate
+    CHECK(to_valid_utf8("\xF4\x90\x80\x80") == r + r + r + r);          // beyond U+10FFFF
+    CHECK(to_valid_utf8("\xE2\x82") == r);                              // truncated: one U+FFFD
+    CHECK(to_valid_utf8("\xE2\x82x") == r + "x");
+    // a provider's error body that is not UTF-8
+    CHECK(http_protocol::http_error_text(503, "\xFF\xFE overloaded").text ==
+          "503 " + r + r + " overloaded");
 }

@@ -118,6 +118,23 @@ check "bad COAGENT_ALLOW_CORE_DUMPS exit 2" [ $rc = 2 ]
 check "bad COAGENT_ALLOW_CORE_DUMPS named" equals err.txt 'coagent: COAGENT_ALLOW_CORE_DUMPS: expected 1 (allow core dumps) or 0, found "yes"'
 rm -rf "$pub"
 
+# issue 17 item 6: invalid UTF-8 becomes U+FFFD where it enters (-p, the working directory,
+# a provider's error text); every line coagent writes is valid UTF-8
+latin=$(printf 'caf\xe9 au lait')
+"$COAGENT" --mode json -p "$latin" --no-session --faux-script '[{"text":"ok"}]' >out.txt 2>err.txt; rc=$?
+check "-p Latin-1: exit 0" [ $rc = 0 ]
+check "-p Latin-1: json lines are valid UTF-8" iconv -f UTF-8 -t UTF-8 out.txt -o /dev/null
+check "-p Latin-1: U+FFFD in its place" contains out.txt "$(printf '"text":"caf\xef\xbf\xbd au lait"')"
+baddir="$work/$(printf 'dir\xff')"
+mkdir "$baddir"
+(cd "$baddir" && "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>"$work/err.txt")
+f=$(ls -t "$COAGENT_DIR"/sessions/*.jsonl | head -1)
+check "non-UTF-8 cwd: session file is valid UTF-8" iconv -f UTF-8 -t UTF-8 "$f" -o /dev/null
+check "non-UTF-8 cwd: stored with U+FFFD" contains "$f" "$(printf '"cwd":"%s/dir\xef\xbf\xbd"' "$work")"
+(cd "$baddir" && "$COAGENT" -p again --continue --faux-script '[{"text":"y"}]' --faux-log "$work/log3.jsonl" >/dev/null 2>"$work/err.txt"); rc=$?
+check "non-UTF-8 cwd: --continue loads it" [ $rc = 0 ] || cat "$work/err.txt" >&2
+check "non-UTF-8 cwd: --continue sends the history" contains "$work/log3.jsonl" '"text":"hi"'
+
 # no script: the friendly fixed reply
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."
