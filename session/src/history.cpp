@@ -91,7 +91,9 @@ std::string iso_timestamp(std::int64_t ms) {
 // Takes the exclusive flock of a session file (docs/sessions.md "One writer"); a held one is
 // `<file>: in use by process <pid>` (std::runtime_error).
 void lock_session_file(int fd, const fs::path& file) {
-    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    // A holder that /proc/locks no longer lists has just let go: try again (a few times) rather
+    // than report a process that is gone.
+    for (int tries = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {
         if (errno == EINTR) continue;
         const int err = errno;
         if (err != EWOULDBLOCK)
@@ -109,6 +111,8 @@ void lock_session_file(int fd, const fs::path& file) {
             }
             if (auto pid = flock_holder(locks, st.st_dev, st.st_ino))
                 holder = "process " + std::to_string(*pid);
+            else if (tries < 100)
+                continue;
         }
         throw std::runtime_error(file.string() + ": in use by " + holder);
     }
