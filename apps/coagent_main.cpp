@@ -5,13 +5,20 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/rpc_mode.hpp>
+#include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/runtime/json_input.hpp>
+#include <coagent/session/settings_store.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <sys/prctl.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 namespace {
@@ -23,15 +30,54 @@ int run_classify(const std::string& text, std::optional<int> status,
     return 0;
 }
 
+// `coagent auth --unblock [provider]`: lifts stored usage-limit blocks (docs/providers.md).
+int run_unblock(const std::string& provider) {
+    try {
+        const auto file = coagent::coagent_dir() / "auth.json";
+        coagent::file_auth_storage auth(file);
+        const auto lifted = auth.unblock(
+            provider.empty() ? std::nullopt : std::optional<std::string_view>(provider));
+        if (lifted.empty()) std::cout << "no blocked credentials in " << file.string() << "\n";
+        for (const auto& [name, n] : lifted)
+            std::cout << name << ": " << n << (n == 1 ? " block" : " blocks") << " lifted in "
+                      << file.string() << "\n";
+        return 0;
+    } catch (const coagent::settings_error& e) {
+        std::cerr << "coagent: " << e.what() << "\n";
+        return 2;
+    }
+}
+
+// This process holds API keys in memory: no core dumps and no ptrace by other processes of the
+// same user (PR_SET_DUMPABLE 0), unless COAGENT_ALLOW_CORE_DUMPS=1 (docs/reliability.md).
+// Returns false (after the error line) for a value other than 1, 0 or empty.
+bool set_dumpable() {
+    const char* v = std::getenv("COAGENT_ALLOW_CORE_DUMPS");
+    const std::string_view allow = v ? v : "";
+    if (allow != "" && allow != "0" && allow != "1") {
+        std::cerr << "coagent: COAGENT_ALLOW_CORE_DUMPS: expected 1 (allow core dumps) or 0, "
+                     "found \""
+                  << allow << "\"\n";
+        return false;
+    }
+    if (allow != "1" && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        std::cerr << "coagent: warning: cannot turn core dumps off (prctl PR_SET_DUMPABLE): "
+                  << std::strerror(errno) << "\n";
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    const auto std_fds = coagent::reserve_standard_descriptors();
+    if (!set_dumpable()) return 2;
     CLI::App app{"coagent — LLM agent sessions with automatic retry (C++20, Asio)", "coagent"};
     app.set_version_flag("--version", std::string("coagent ") + COAGENT_VERSION);
     app.footer(
         "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration "
         "error; "
-        "130 interrupted.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
+        "130 interrupted.\nCore dumps are off; COAGENT_ALLOW_CORE_DUMPS=1 allows "
+        "them.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
         "project "
         "layer <cwd>/.coagent/settings.json.");
 
@@ -74,6 +120,17 @@ int main(int argc, char** argv) {
     classify_cmd->add_option("--now", classify_now,
                              "Current time in epoch ms (makes dated hints repeatable)");
 
+    auto* auth_cmd = app.add_subcommand(
+        "auth",
+        "Credentials in $COAGENT_DIR/auth.json: --unblock [PROVIDER] lifts usage-limit "
+        "blocks");
+    bool auth_unblock = false;
+    std::string auth_provider;
+    auth_cmd->add_flag("--unblock", auth_unblock,
+                       "Lift the usage-limit blocks of PROVIDER's credentials (all providers "
+                       "without one)");
+    auth_cmd->add_option("provider", auth_provider, "The provider (as named in auth.json)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -86,6 +143,13 @@ int main(int argc, char** argv) {
     }
 
     if (*classify_cmd) return run_classify(classify_message, classify_status, classify_now);
+    if (*auth_cmd) {
+        if (!auth_unblock) {
+            std::cerr << "coagent auth: nothing to do: use --unblock [PROVIDER]\n";
+            return 2;
+        }
+        return run_unblock(auth_provider);
+    }
 
     if (!model.empty()) {
         if (auto slash = model.find('/'); slash != std::string::npos) {
@@ -95,11 +159,12 @@ int main(int argc, char** argv) {
             o.model = model;
         }
     }
+    o.stdout_closed = std_fds.stdout_closed;
     if (!session_dir.empty()) o.session_dir = session_dir;
     if (!session_file.empty()) o.session_file = session_file;
     if (!faux_log.empty()) o.faux_log = faux_log;
     if (!faux_script.empty()) o.faux_script = faux_script;
-    if (app.count("-p")) o.message = message;
+    if (app.count("-p")) o.message = coagent::to_valid_utf8(message);  // Latin-1 bytes: U+FFFD
 
     if (mode_name == "rpc") {
         o.mode = coagent::app_mode::rpc;

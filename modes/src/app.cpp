@@ -5,11 +5,16 @@
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
 #include <iostream>
 
 namespace coagent {
@@ -98,6 +103,8 @@ std::shared_ptr<provider> app_catalog::build(std::string_view provider_name,
     ho.auth = auth_;
     try {
         auto p = std::make_shared<http_provider>(std::move(ho));
+        if (!p->cleartext_refusal().empty() && auth_->credential_count(provider_name) > 0)
+            throw http_provider_error(p->cleartext_refusal());  // auth.json keys: the same rule
         cache_.emplace_back(selector, p);
         return p;
     } catch (const http_provider_error& e) {
@@ -144,6 +151,22 @@ std::vector<model_info> app_catalog::available() {
     return out;
 }
 
+standard_descriptors reserve_standard_descriptors() noexcept {
+    standard_descriptors d;
+    bool* closed[3] = {&d.stdin_closed, &d.stdout_closed, &d.stderr_closed};
+    for (int fd = 0; fd < 3; ++fd) {
+        if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        *closed[fd] = true;
+        // open() returns the lowest free number: this one, since the lower ones are open
+        const int null = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (null >= 0 && null != fd) {
+            ::dup2(null, fd);
+            ::close(null);
+        }
+    }
+    return d;
+}
+
 fs::path app_context::sessions_dir() const {
     return opts_.session_dir ? *opts_.session_dir : dir_ / "sessions";
 }
@@ -179,7 +202,9 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
     so.model_provider = provider_;
     so.models = catalog_;
     so.config = store_.current();
-    so.cwd = fs::current_path().string();
+    // stored (and matched by --continue) in its valid UTF-8 form: a name that is not UTF-8
+    // gets U+FFFD, so the header is valid JSON and the session loads again
+    so.cwd = to_valid_utf8(fs::current_path().string());
     if (!opts_.no_session) so.session_dir = sessions_dir();
     if (resume && opts_.session_file) so.resume_file = opts_.session_file;
     if (resume && opts_.continue_last) {

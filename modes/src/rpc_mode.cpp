@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <system_error>
 #include <variant>
@@ -493,7 +494,9 @@ class rpc_server {
                     log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
                     out_broken_ = true;
                     out_pending_.clear();
-                    begin_shutdown(0);
+                    // exit 1: the client lost output (a signal's 130 / 143 stays)
+                    if (exit_code_ == 0) exit_code_ = 1;
+                    begin_shutdown(1);
                     maybe_finish();
                     return;
                 }
@@ -571,6 +574,11 @@ class rpc_server {
 }  // namespace
 
 int run_rpc_mode(app_context& app) {
+    if (app.options().stdout_closed) {
+        std::cerr << "coagent: rpc mode: stdout is closed (" << std::strerror(EBADF)
+                  << "); nowhere to write responses\n";
+        return 1;
+    }
     std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is a write error, not a kill
     rpc_server server(app);
     return server.run();

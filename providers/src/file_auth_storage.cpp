@@ -155,11 +155,17 @@ void file_auth_storage::refresh_locked() {
     }
 }
 
+std::int64_t file_auth_storage::effective_block(std::int64_t blocked_until, std::int64_t now) {
+    const std::int64_t latest = now > INT64_MAX - max_block_ms ? INT64_MAX : now + max_block_ms;
+    return std::min(blocked_until, latest);  // a block never lasts beyond 7 days from now
+}
+
 std::size_t file_auth_storage::pick(const std::vector<credential>& creds, std::int64_t now) {
     std::size_t best = 0;
     for (std::size_t i = 0; i < creds.size(); ++i) {
-        if (creds[i].blocked_until <= now) return i;
-        if (creds[i].blocked_until < creds[best].blocked_until) best = i;
+        const std::int64_t b = effective_block(creds[i].blocked_until, now);
+        if (b <= now) return i;
+        if (b < effective_block(creds[best].blocked_until, now)) best = i;
     }
     return best;  // all blocked: the one free soonest
 }
@@ -188,7 +194,9 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     auto u = in_use_.find(k);
     if (u == in_use_.end()) return false;  // the session used no stored credential
     const std::int64_t now = now_ms_();
-    const std::int64_t hint = std::max<std::int64_t>(retry_after_ms.value_or(default_block_ms), 0);
+    // clamped to 7 days: a hint such as Retry-After: 99999999999 must not block for ages
+    const std::int64_t hint =
+        std::clamp<std::int64_t>(retry_after_ms.value_or(default_block_ms), 0, max_block_ms);
     const std::int64_t until = hint > INT64_MAX - now ? INT64_MAX : now + hint;
 
     config_file::lock flock_guard(file_);
@@ -210,7 +218,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
                 std::int64_t old = 0;
                 if (const auto* b = c->if_contains("blockedUntil"); b && b->is_int64())
                     old = b->get_int64();
-                (*c)["blockedUntil"] = std::max(old, until);
+                (*c)["blockedUntil"] = std::max(effective_block(old, now), until);
                 found = true;
                 break;
             }
@@ -259,7 +267,45 @@ std::int64_t file_auth_storage::blocked_until(std::string_view provider, std::si
     refresh_locked();
     auto it = creds_.find(provider);
     if (it == creds_.end() || index >= it->second.size()) return 0;
-    return it->second[index].blocked_until;
+    return effective_block(it->second[index].blocked_until, now_ms_());
+}
+
+std::vector<std::pair<std::string, std::size_t>> file_auth_storage::unblock(
+    std::optional<std::string_view> provider) {
+    std::lock_guard lock(mutex_);
+    config_file::lock flock_guard(file_);
+    if (!flock_guard.error.empty() && logger_)
+        logger_->warn("cannot lock {}: {} (writing without the lock)", file_.string(),
+                      flock_guard.error);
+    auto text = read_all(file_);
+    json::object root = text ? parse_root(*text, file_.string()) : json::object();
+    const auto creds = credentials_of(root, file_.string());  // validates before any write
+    if (provider && std::none_of(creds.begin(), creds.end(), [&](const auto& c) {
+            return c.first == *provider && !c.second.empty();
+        }))
+        throw settings_error(
+            file_.string(), std::string(*provider), "credentials", "none",
+            file_.string() + ": no credentials for provider " + std::string(*provider));
+    std::vector<std::pair<std::string, std::size_t>> lifted;
+    for (const auto& [name, list] : creds) {
+        if (provider && name != *provider) continue;
+        std::size_t n = 0;
+        for (auto* c : credential_objects(root.at(name), file_.string(), name)) {
+            const auto* type = c->if_contains("type");
+            if (type && type->is_string() && type->get_string() != "api_key") continue;
+            const auto* b = c->if_contains("blockedUntil");
+            if (!b) continue;
+            if (b->is_int64() && b->get_int64() > 0) ++n;
+            c->erase("blockedUntil");
+        }
+        if (n > 0) lifted.emplace_back(name, n);
+    }
+    if (!lifted.empty()) {
+        config_file::write_atomically(file_, config_file::pretty(json::value(root)), file_.string(),
+                                      0600);
+        stamp_.clear();  // re-read on next use
+    }
+    return lifted;
 }
 
 }  // namespace coagent

@@ -5,6 +5,7 @@
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/runtime/json_text.hpp>
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -722,7 +723,7 @@ error_details http_error_text(int status, std::string_view body) {
     } else if (!ec) {
         msg = compact_json(v);
     } else {
-        msg = cut_utf8(std::string(trimmed.substr(0, 1004)), 1003);
+        msg = cut_utf8(to_valid_utf8(trimmed.substr(0, 1004)), 1003);  // any bytes a server sent
     }
     d.text = prefix + msg;
     return d;
@@ -786,6 +787,37 @@ bool stream_decoder::grow(message& out, std::size_t bytes) {
                   std::to_string(max_reply_bytes_) +
                   " bytes of text and tool-call arguments (the limit of one reply)");
     return false;
+}
+
+std::string redact_url(std::string_view url) {
+    std::string out;
+    std::string_view rest = url;
+    if (const auto scheme_end = rest.find("://"); scheme_end != std::string_view::npos) {
+        out.append(rest.substr(0, scheme_end + 3));
+        rest.remove_prefix(scheme_end + 3);
+        // the authority ends at the first '/', '?' or '#'; its userinfo at its last '@'
+        const auto authority_end = rest.find_first_of("/?#");
+        const auto authority = rest.substr(0, authority_end);
+        if (const auto at = authority.rfind('@'); at != std::string_view::npos)
+            rest.remove_prefix(at + 1);
+    }
+    const auto query = rest.find_first_of("?#");
+    out.append(rest.substr(0, query));
+    if (query != std::string_view::npos) out.append("?\u2026");
+    return out;
+}
+
+bool is_loopback_host(std::string_view host) {
+    std::string h(host);
+    for (auto& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (h == "localhost" || h.ends_with(".localhost")) return true;
+    boost::system::error_code ec;
+    const auto a = boost::asio::ip::make_address(h, ec);
+    if (ec) return false;
+    if (a.is_v6() && a.to_v6().is_v4_mapped())
+        return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6())
+            .is_loopback();
+    return a.is_loopback();
 }
 
 }  // namespace coagent::http_protocol

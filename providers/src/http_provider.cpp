@@ -83,7 +83,8 @@ std::string lower(std::string_view s) {
 struct http_provider::impl {
     http_provider_options opts;
     bool https = false;
-    std::string host;  // for DNS, SNI and certificate checks (no brackets)
+    std::string cleartext_refusal;  // "" when a key may be sent (http_provider::cleartext_refusal)
+    std::string host;               // for DNS, SNI and certificate checks (no brackets)
     std::string port;
     std::string host_header;  // Host: host[:port]
     std::string target;       // path + endpoint (+ query)
@@ -379,21 +380,29 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
 http_provider::http_provider(http_provider_options opts) : impl_(std::make_shared<impl>()) {
     auto& i = *impl_;
     i.opts = std::move(opts);
+    // errors never quote the userinfo or the query (keys travel there)
+    const std::string shown = http_protocol::redact_url(i.opts.base_url);
     auto parsed = boost::urls::parse_uri(i.opts.base_url);
     if (!parsed)
-        throw http_provider_error("baseUrl \"" + i.opts.base_url +
+        throw http_provider_error("baseUrl \"" + shown +
                                   "\" is not a URL: " + parsed.error().message());
     const auto& u = *parsed;
     const std::string scheme = lower(u.scheme());
     if (scheme != "http" && scheme != "https")
-        throw http_provider_error("baseUrl \"" + i.opts.base_url +
-                                  "\": the scheme must be http or https");
+        throw http_provider_error("baseUrl \"" + shown + "\": the scheme must be http or https");
     i.https = scheme == "https";
     i.host = std::string(u.encoded_host());
     if (i.host.size() > 1 && i.host.front() == '[' && i.host.back() == ']')
         i.host = i.host.substr(1, i.host.size() - 2);
-    if (i.host.empty())
-        throw http_provider_error("baseUrl \"" + i.opts.base_url + "\" has no host");
+    if (i.host.empty()) throw http_provider_error("baseUrl \"" + shown + "\" has no host");
+    if (!i.https && !i.opts.allow_insecure_http && !http_protocol::is_loopback_host(i.host))
+        i.cleartext_refusal = "baseUrl " + shown + " would send the API key in cleartext to " +
+                              i.host +
+                              ", which is not a loopback address: use https://, or set "
+                              "\"allowInsecureHttp\": true in this provider's entry of "
+                              "models.json to allow it";
+    if (!i.cleartext_refusal.empty() && !i.opts.api_key.empty())
+        throw http_provider_error(i.cleartext_refusal);
     i.port = u.has_port() ? std::string(u.port()) : (i.https ? "443" : "80");
     const bool v6 = i.host.find(':') != std::string::npos;
     i.host_header = v6 ? "[" + i.host + "]" : i.host;
@@ -437,6 +446,10 @@ std::shared_ptr<auth_storage> http_provider::auth() const {
     return impl_->opts.auth;
 }
 
+const std::string& http_provider::cleartext_refusal() const noexcept {
+    return impl_->cleartext_refusal;
+}
+
 std::size_t http_provider::idle_connections() const {
     std::lock_guard lock(impl_->mutex);
     return impl_->idle.size();
@@ -465,6 +478,10 @@ asio::awaitable<void> http_provider::stream(const provider_request& req, message
     std::string key;
     if (self->opts.auth) key = self->opts.auth->api_key(self->opts.model.provider, req.session_id);
     if (key.empty()) key = self->opts.api_key;
+    if (!key.empty() && !self->cleartext_refusal.empty()) {  // a key stored after construction
+        set_error(out, self->cleartext_refusal);
+        co_return;
+    }
     const std::string body = build_request_body(self->opts.api, req);
 
     st->conn = self->acquire(ex);

@@ -42,7 +42,8 @@ void warn_unknown(const json::object& o, const std::string& file, const std::str
 
 constexpr std::string_view top_keys[] = {"providers"};
 constexpr std::string_view no_keys[] = {""};
-constexpr std::string_view provider_keys[] = {"baseUrl", "api", "apiKey", "headers", "models"};
+constexpr std::string_view provider_keys[] = {"baseUrl", "api",    "apiKey",
+                                              "headers", "models", "allowInsecureHttp"};
 constexpr std::string_view reference_provider_keys[] = {"authHeader", "compat"};
 constexpr std::string_view model_keys[] = {"id", "name", "contextWindow", "maxTokens", "api"};
 constexpr std::string_view reference_model_keys[] = {"compat", "cost", "reasoning", "input",
@@ -92,7 +93,8 @@ std::optional<http_protocol::api_kind> api_field(const json::object& o, const st
 void check_url(const std::string& url, const std::string& file, const std::string& key) {
     const std::size_t rest = url.starts_with("http://") ? 7 : url.starts_with("https://") ? 8 : 0;
     if (rest == 0 || url.size() <= rest || url[rest] == '/')
-        throw settings_error(file, key, "an http:// or https:// URL", found_text(json::value(url)));
+        throw settings_error(file, key, "an http:// or https:// URL",
+                             found_text(json::value(http_protocol::redact_url(url))));
 }
 
 model_entry parse_model(const json::value& v, const std::string& file, const std::string& path,
@@ -203,6 +205,11 @@ models_config models_config::parse(std::string_view text, const std::string& fil
             throw settings_error(file, path + ".baseUrl", "an http:// or https:// URL",
                                  "nothing (missing)");
         }
+        if (const auto* a = o.if_contains("allowInsecureHttp")) {
+            if (!a->is_bool())
+                fail(file, path + ".allowInsecureHttp", "a boolean (true or false)", *a);
+            pe.allow_insecure_http = a->get_bool();
+        }
         if (auto a = api_field(o, file, path)) pe.api = a;
         if (o.contains("apiKey")) pe.api_key = string_field(o, "apiKey", file, path, false, false);
         if (const auto* h = o.if_contains("headers")) {
@@ -298,6 +305,7 @@ http_provider_options models_config::provider_options(
     o.base_url = p.base_url;
     o.api_key = static_api_key(p, getenv);
     o.headers = p.headers;
+    o.allow_insecure_http = p.allow_insecure_http;
     o.connect_timeout_ms = limits.connect_timeout_ms;
     o.stream_idle_timeout_ms = limits.stream_idle_timeout_ms;
     return o;

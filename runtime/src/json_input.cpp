@@ -107,6 +107,49 @@ std::optional<std::int64_t> saturating_int64(const json::value& v) noexcept {
     return std::nullopt;
 }
 
+std::string to_valid_utf8(std::string_view s) {
+    static constexpr std::string_view replacement = "\xEF\xBF\xBD";  // U+FFFD
+    std::string out;
+    out.reserve(s.size());
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+    for (std::size_t i = 0; i < s.size();) {
+        const unsigned char b = byte(i);
+        if (b < 0x80) {
+            out.push_back(static_cast<char>(b));
+            ++i;
+            continue;
+        }
+        std::size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xBF;  // the valid range of the second byte
+        if (b >= 0xC2 && b <= 0xDF) {
+            len = 2;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            len = 3;
+            if (b == 0xE0) lo = 0xA0;  // no overlongs
+            if (b == 0xED) hi = 0x9F;  // no surrogates
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            len = 4;
+            if (b == 0xF0) lo = 0x90;
+            if (b == 0xF4) hi = 0x8F;  // at most U+10FFFF
+        }
+        std::size_t n = 1;  // bytes of the maximal subpart seen so far
+        if (len > 0) {
+            while (n < len && i + n < s.size()) {
+                const unsigned char c = byte(i + n);
+                const bool ok = n == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xBF);
+                if (!ok) break;
+                ++n;
+            }
+        }
+        if (len > 0 && n == len)
+            out.append(s.substr(i, len));
+        else
+            out.append(replacement);
+        i += n;
+    }
+    return out;
+}
+
 std::string cut_utf8(std::string s, std::size_t max_bytes) {
     if (s.size() <= max_bytes) return s;
     std::size_t cut = max_bytes > 3 ? max_bytes - 3 : 0;

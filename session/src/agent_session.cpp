@@ -1,5 +1,6 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/session/agent_session.hpp>
+#include <coagent/session/private_files.hpp>
 #include <coagent/session/run_step.hpp>
 
 #include <boost/asio/redirect_error.hpp>
@@ -100,6 +101,8 @@ agent_session::agent_session(session_options o)
         r.now_ms = std::move(o.now_ms);
         r.system_prompt = std::move(o.system_prompt);
     }
+    if (o.session_dir)
+        if (auto w = readable_session_dir_warning_once(*o.session_dir)) logger_->warn("{}", *w);
     if (o.resume_file) {
         auto loaded = session_history::load(*o.resume_file);
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);

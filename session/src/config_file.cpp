@@ -2,6 +2,7 @@
 
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/session/config_file.hpp>
+#include <coagent/session/private_files.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -122,10 +123,25 @@ void append_json(std::string& out, const json::value& v, int indent, int depth) 
 }  // namespace
 
 std::optional<std::string> read(const fs::path& p, const std::string& label, std::size_t max) {
-    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
+    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
     if (f.fd < 0) {
         if (errno == ENOENT) return std::nullopt;
         throw_read(label, errno, "open");
+    }
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0) throw_read(label, errno);
+    if (S_ISDIR(st.st_mode)) throw_read(label, EISDIR);
+    if (!S_ISREG(st.st_mode)) {
+        // /dev/stdin, a FIFO, a device: never configuration (RPC mode would read its commands)
+        const char* kind = S_ISFIFO(st.st_mode)   ? "a pipe"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a file";
+        throw settings_error(label, "", "a regular file", kind,
+                             label + ": not a regular file (" + kind +
+                                 "); coagent reads configuration only from regular files");
     }
     const auto too_large = [&] {
         const std::string limit =
@@ -178,19 +194,14 @@ json::object parse_object(std::string_view text, const std::string& label,
 
 void write_atomically(const fs::path& path, const std::string& content, const std::string& label,
                       std::optional<unsigned> mode) {
-    fs::path target = path;
-    std::error_code fec;
-    if (fs::is_symlink(path, fec)) {  // write through a symlink, do not replace it
-        auto resolved = fs::canonical(path, fec);
-        if (!fec) target = std::move(resolved);
-    }
+    const fs::path target = resolve_symlinks(path);  // write through a symlink, keep it
     fs::path dir = target.parent_path();
     if (dir.empty()) dir = ".";
-    fs::create_directories(dir, fec);
-    if (fec)
+    fs::path failed;
+    if (auto ec = create_private_directories(dir, &failed))  // 0700 when coagent creates it
         throw settings_error(
-            label, "", "a writable directory", fec.message(),
-            label + ": cannot create directory " + dir.string() + ": " + fec.message());
+            label, "", "a writable directory", ec.message(),
+            label + ": cannot create directory " + failed.string() + ": " + ec.message());
 
     struct stat old {};
     const bool existed = ::stat(target.c_str(), &old) == 0;
@@ -243,11 +254,31 @@ void write_atomically(const fs::path& path, const std::string& content, const st
     if (::fsync(d.fd) != 0 && errno != EINVAL) throw_write(label, "fsync directory", errno);
 }
 
+fs::path resolve_symlinks(const fs::path& p) {
+    fs::path cur = p;
+    for (int hops = 0; hops < 40; ++hops) {  // the kernel's limit (ELOOP)
+        std::error_code ec;
+        if (!fs::is_symlink(cur, ec)) return cur;
+        fs::path t = fs::read_symlink(cur, ec);
+        if (ec) return cur;
+        cur = t.is_absolute() ? std::move(t) : cur.parent_path() / t;
+    }
+    return cur;
+}
+
 lock::lock(const fs::path& file) {
-    const fs::path path(file.string() + ".lock");
-    std::error_code ec;
-    fs::create_directories(path.parent_path().empty() ? fs::path(".") : path.parent_path(), ec);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    // next to the file written (write_atomically's target), not next to a symlink to it
+    const fs::path path(resolve_symlinks(file).string() + ".lock");
+    (void)create_private_directories(path.parent_path());  // a failure shows in open()
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ >= 0) {
+        if (::fchmod(fd_, 0600) != 0) {  // created here: 0600 whatever the umask
+            error = path.string() + ": " + errno_text(errno);
+            return;
+        }
+    } else if (errno == EEXIST) {
+        fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    }
     if (fd_ < 0) {
         error = path.string() + ": " + errno_text(errno);
         return;

@@ -1,32 +1,75 @@
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/private_files.hpp>
 
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
-#include <random>
 #include <stdexcept>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 namespace coagent {
 
 namespace fs = std::filesystem;
 
 std::string random_hex_id(std::size_t hex_digits) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
+    // From the OS's random source (getrandom, urandom pool), never a seeded PRNG: no state to
+    // repeat in a forked child, and every bit of an id is unpredictable.
+    std::string bytes((hex_digits + 1) / 2, '\0');
+    for (std::size_t got = 0; got < bytes.size();) {
+        const ssize_t n = ::getrandom(bytes.data() + got, bytes.size() - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw std::system_error(errno, std::generic_category(),
+                                    "cannot take a random id from the OS (getrandom)");
+        }
+        got += static_cast<std::size_t>(n);
+    }
     static constexpr char digits[] = "0123456789abcdef";
     std::string s(hex_digits, '0');
-    std::uint64_t bits = 0;
     for (std::size_t i = 0; i < hex_digits; ++i) {
-        if (i % 16 == 0) bits = rng();
-        s[i] = digits[bits & 0xf];
-        bits >>= 4;
+        const auto b = static_cast<unsigned char>(bytes[i / 2]);
+        s[i] = digits[i % 2 == 0 ? b >> 4 : b & 0xf];
     }
     return s;
+}
+
+std::optional<long> flock_holder(std::string_view proc_locks, dev_t dev, ino_t ino) {
+    char want[64];
+    std::snprintf(want, sizeof want, "%02x:%02x:%llu", major(dev), minor(dev),
+                  static_cast<unsigned long long>(ino));
+    while (!proc_locks.empty()) {
+        const auto nl = proc_locks.find('\n');
+        const std::string_view line = proc_locks.substr(0, nl);
+        proc_locks.remove_prefix(nl == std::string_view::npos ? proc_locks.size() : nl + 1);
+        // "<n>: FLOCK  ADVISORY  WRITE <pid> <dev>:<ino> <start> <end>"
+        std::vector<std::string_view> f;
+        for (std::size_t i = 0; i < line.size();) {
+            const auto b = line.find_first_not_of(' ', i);
+            if (b == std::string_view::npos) break;
+            const auto e = line.find(' ', b);
+            f.push_back(line.substr(b, e == std::string_view::npos ? e : e - b));
+            i = e == std::string_view::npos ? line.size() : e;
+        }
+        if (f.size() < 6 || f[1] != "FLOCK" || f[5] != want) continue;  // "->": a waiter
+        long pid = 0;
+        const auto [end, ec] = std::from_chars(f[4].data(), f[4].data() + f[4].size(), pid);
+        if (ec == std::errc{} && end == f[4].data() + f[4].size() && pid > 0) return pid;
+    }
+    return std::nullopt;
 }
 
 namespace {
@@ -45,29 +88,56 @@ std::string iso_timestamp(std::int64_t ms) {
     return buf;
 }
 
+// Takes the exclusive flock of a session file (docs/sessions.md "One writer"); a held one is
+// `<file>: in use by process <pid>` (std::runtime_error).
+void lock_session_file(int fd, const fs::path& file) {
+    // A holder that /proc/locks no longer lists has just let go: try again (a few times) rather
+    // than report a process that is gone.
+    for (int tries = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        if (err != EWOULDBLOCK)
+            throw std::system_error(err, std::generic_category(),
+                                    "cannot lock session file " + file.string());
+        std::string holder = "another process";
+        struct stat st {};
+        if (::fstat(fd, &st) == 0) {
+            std::string locks;
+            if (std::FILE* f = std::fopen("/proc/locks", "re")) {
+                char buf[4096];
+                for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+                    locks.append(buf, n);
+                std::fclose(f);
+            }
+            if (auto pid = flock_holder(locks, st.st_dev, st.st_ino))
+                holder = "process " + std::to_string(*pid);
+            else if (tries < 100)
+                continue;
+        }
+        throw std::runtime_error(file.string() + ": in use by " + holder);
+    }
+}
+
 }  // namespace
 
 session_history::session_history() : id_(random_hex_id(32)) {}
 
 session_history::~session_history() {
-    if (out_) std::fclose(out_);
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 session_history::session_history(session_history&& o) noexcept
     : id_(std::move(o.id_)),
       file_(std::move(o.file_)),
-      out_(o.out_),
-      entries_(std::move(o.entries_)) {
-    o.out_ = nullptr;
-}
+      fd_(std::exchange(o.fd_, -1)),
+      entries_(std::move(o.entries_)) {}
 
 session_history& session_history::operator=(session_history&& o) noexcept {
     if (this != &o) {
-        if (out_) std::fclose(out_);
+        if (fd_ >= 0) ::close(fd_);
         id_ = std::move(o.id_);
         file_ = std::move(o.file_);
-        out_ = o.out_;
-        o.out_ = nullptr;
+        fd_ = std::exchange(o.fd_, -1);
         entries_ = std::move(o.entries_);
     }
     return *this;
@@ -81,17 +151,19 @@ session_history::file_state& session_history::file_mode() {
 session_history session_history::create_file(const fs::path& dir, std::string cwd) {
     session_history h;
     h.file_mode().cwd = std::move(cwd);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw std::system_error(ec, "cannot create session directory " + dir.string());
+    fs::path failed;
+    if (auto ec = create_private_directories(dir, &failed))  // 0700: docs/reliability.md
+        throw std::system_error(ec, "cannot create session directory " + failed.string());
     std::string ts = iso_timestamp(wall_clock_ms());
     for (char& c : ts)
         if (c == ':' || c == '.') c = '-';
     const auto& path = h.file_->path = dir / (ts + "_" + h.id_ + ".jsonl");
-    h.out_ = std::fopen(path->c_str(), "ae");
-    if (!h.out_)
+    // 0600 whatever the umask: conversations, tool output and echoed keys are the owner's only
+    h.fd_ = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+    if (h.fd_ < 0 || ::fchmod(h.fd_, 0600) != 0)
         throw std::system_error(errno, std::generic_category(),
                                 "cannot open session file " + path->string());
+    lock_session_file(h.fd_, *path);  // for the life of the session
     return h;
 }
 
@@ -100,10 +172,19 @@ std::error_code session_history::write_line(const json::object& o) {
 }
 
 std::error_code session_history::write_text_line(std::string line) {
-    if (!out_) return {};
+    if (fd_ < 0) return {};
     line.push_back('\n');
-    if (std::fwrite(line.data(), 1, line.size(), out_) != line.size() || std::fflush(out_) != 0)
-        return {errno ? errno : EIO, std::generic_category()};
+    // one write() of the whole line (O_APPEND): never a line in pieces next to another's
+    std::string_view rest = line;
+    while (!rest.empty()) {
+        const ssize_t n = ::write(fd_, rest.data(), rest.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return {errno, std::generic_category()};
+        }
+        if (n == 0) return {EIO, std::generic_category()};
+        rest.remove_prefix(static_cast<std::size_t>(n));  // a short write (disk full): the rest
+    }
     return {};
 }
 
@@ -126,7 +207,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
     e.type = std::move(type);
     e.msg = std::move(m);
     std::error_code ec;
-    if (out_ || !e.msg) {  // in-memory sessions never serialise their messages
+    if (fd_ >= 0 || !e.msg) {  // in-memory sessions never serialise their messages
         json::object o;
         o["type"] = e.type;
         o["id"] = e.id;
@@ -137,7 +218,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
         o["timestamp"] =
             iso_timestamp(e.msg && e.msg->timestamp ? e.msg->timestamp : wall_clock_ms());
         for (auto& kv : fields) o[kv.key()] = std::move(kv.value());
-        if (out_ && !file_mode().header_written) {
+        if (fd_ >= 0 && !file_mode().header_written) {
             json::object h;
             h["type"] = "session";
             h["version"] = 3;
@@ -147,7 +228,7 @@ std::error_code session_history::append(std::string type, json::object fields, m
             ec = write_line(h);
             if (!ec) file_->header_written = true;
         }
-        if (!ec && out_) {
+        if (!ec && fd_ >= 0) {
             // the message is written as text after the entry's own fields (no DOM of it); `raw`
             // keeps only those fields
             std::string line = json::serialize(o);
@@ -226,32 +307,31 @@ std::string mib(std::size_t bytes) {
 session_history::loaded session_history::load(const fs::path& file,
                                               const session_file_limits& limits) {
     const std::string label = file.string();
-    std::FILE* f = std::fopen(file.c_str(), "rbe");
-    if (!f) throw std::runtime_error(label + ": cannot open session file: " + std::strerror(errno));
+    loaded out;
+    // opened once for reading and appending, and locked before it is read: no other process
+    // writes it while this session lives (docs/sessions.md "One writer")
+    out.history.fd_ = ::open(file.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+    if (out.history.fd_ < 0)
+        throw std::runtime_error(label + ": cannot open session file: " + std::strerror(errno));
+    const int fd = out.history.fd_;
+    lock_session_file(fd, file);
     std::string text;
     {
-        struct closer {
-            std::FILE* f;
-            ~closer() { std::fclose(f); }
-        } close_it{f};
         char buf[64 * 1024];
         for (;;) {
-            const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-            if (n > 0) {
-                if (n > limits.max_file_bytes - text.size())  // never held beyond the limit
-                    throw std::runtime_error(label + ": session file exceeds the limit of " +
-                                             mib(limits.max_file_bytes) + "; not loaded");
-                text.append(buf, n);
+            const ssize_t n = ::read(fd, buf, sizeof buf);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                throw std::runtime_error(label +
+                                         ": cannot read session file: " + std::strerror(errno));
             }
-            if (n < sizeof buf) {
-                if (std::ferror(f))
-                    throw std::runtime_error(label +
-                                             ": cannot read session file: " + std::strerror(errno));
-                break;
-            }
+            if (n == 0) break;
+            if (static_cast<std::size_t>(n) > limits.max_file_bytes - text.size())
+                throw std::runtime_error(label + ": session file exceeds the limit of " +
+                                         mib(limits.max_file_bytes) + "; not loaded");
+            text.append(buf, static_cast<std::size_t>(n));
         }
     }
-    loaded out;
     auto& fstate = out.history.file_mode();
     // a last line without a newline was cut by a crash unless it parses
     const bool last_terminated = text.empty() || text.back() == '\n';
@@ -342,14 +422,11 @@ session_history::loaded session_history::load(const fs::path& file,
         out.history.entries_.push_back(std::move(e));
     }
     fstate.path = file;
-    out.history.out_ = std::fopen(file.c_str(), "ae");
-    if (!out.history.out_)
-        throw std::system_error(errno, std::generic_category(),
-                                "cannot append to session file " + file.string());
     if (!last_terminated) {
         // start appends on a fresh line after a torn tail
-        std::fputc('\n', out.history.out_);
-        std::fflush(out.history.out_);
+        if (::write(fd, "\n", 1) != 1)
+            throw std::system_error(errno, std::generic_category(),
+                                    "cannot append to session file " + file.string());
     }
     return out;
 }

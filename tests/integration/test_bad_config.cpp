@@ -10,7 +10,10 @@
 // kept when coagent rewrites a file.
 
 #include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/providers/http_protocol.hpp>
+#include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/runtime/json_input.hpp>
 #include <coagent/session/config_file.hpp>
 #include <coagent/session/settings_store.hpp>
 
@@ -484,4 +487,235 @@ TEST_CASE("fixed bug: an unreadable models.json (here a directory) is an error n
     const auto e = load_error(c, file);
     REQUIRE(e);
     CHECK(e->file == file.string());
+}
+
+TEST_CASE(
+    "issue 17 item 3: an API key over cleartext http:// to a host that is not loopback is "
+    "refused unless the provider says allowInsecureHttp",
+    "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path models = dir.path / "models.json";
+    const auto provider = [](const std::string& url, const std::string& extra) {
+        return R"({"providers":{"lan":{"api":"openai-completions","baseUrl":")" + url +
+               R"(","apiKey":"sk-secret")" + extra + R"(,"models":[{"id":"m"}]}}})";
+    };
+    // refused: exit 2 before any connection, naming the provider, the host and the setting
+    write_file(models, provider("http://192.0.2.7:8080/v1", ""));
+    auto r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "coagent: " + models.string() +
+                       ": provider lan: baseUrl http://192.0.2.7:8080/v1 would send the API key "
+                       "in cleartext to 192.0.2.7, which is not a loopback address: use https://, "
+                       "or set \"allowInsecureHttp\": true in this provider's entry of models.json "
+                       "to allow it\n");
+    write_file(models, provider("http://llm.lan/v1", ""));
+    r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("in cleartext to llm.lan,"));
+
+    // the library says the same (models_config → http_provider options)
+    auto cfg = models_config::load(models);
+    auto opts = cfg.provider_options("lan", "m", provider_settings{});
+    CHECK_FALSE(opts.allow_insecure_http);
+    CHECK_THROWS_WITH(http_provider(opts), Catch::Contains("not a loopback address"));
+
+    // allowed: the setting, loopback hosts, https, or no key at all
+    write_file(models, provider("http://192.0.2.7:8080/v1", R"(,"allowInsecureHttp":true)"));
+    cfg = models_config::load(models);
+    CHECK(cfg.warnings().empty());
+    opts = cfg.provider_options("lan", "m", provider_settings{});
+    CHECK(opts.allow_insecure_http);
+    CHECK_NOTHROW(http_provider(opts));
+    for (const std::string url :
+         {"http://127.0.0.1:9/v1", "http://127.1.2.3/v1", "http://localhost:8080/v1",
+          "http://[::1]:8080/v1", "https://192.0.2.7/v1"}) {
+        INFO(url);
+        write_file(models, provider(url, ""));
+        opts = models_config::load(models).provider_options("lan", "m", provider_settings{});
+        CHECK_NOTHROW(http_provider(opts));
+    }
+    write_file(
+        models,
+        R"({"providers":{"lan":{"api":"openai-completions","baseUrl":"http://192.0.2.7/v1","models":[{"id":"m"}]}}})");
+    opts = models_config::load(models).provider_options("lan", "m", provider_settings{});
+    CHECK_NOTHROW(http_provider(opts));  // nothing secret to send
+
+    // a wrong type is a settings_error like any other key
+    write_file(models, provider("http://192.0.2.7/v1", R"(,"allowInsecureHttp":"yes")"));
+    r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err,
+               Catch::Contains("key \"providers.lan.allowInsecureHttp\": expected a boolean"));
+}
+
+TEST_CASE("issue 17 item 3: an error never quotes a URL's userinfo or query string",
+          "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path models = dir.path / "models.json";
+    // invalid in models.json (no host), and invalid for the provider (a space)
+    for (const std::string url : {"http://user:pa55@/v1?key=sk-secret",
+                                  "https://user:pa55@host name/v1?key=sk-secret#frag"}) {
+        INFO(url);
+        write_file(models, R"({"providers":{"lan":{"api":"openai-completions","baseUrl":")" + url +
+                               R"(","models":[{"id":"m"}]}}})");
+        const auto r = run_coagent(dir.path, "-p hi --no-session --provider lan");
+        CHECK(r.exit_code == 2);
+        CHECK_THAT(r.err, Catch::Contains("baseUrl"));
+        CHECK_THAT(r.err, !Catch::Contains("pa55") && !Catch::Contains("sk-secret") &&
+                              !Catch::Contains("frag") && !Catch::Contains("user"));
+    }
+    CHECK(http_protocol::redact_url("https://u:p@h:1/v1?key=s#f") == "https://h:1/v1?…");
+    CHECK(http_protocol::redact_url("http://h/v1") == "http://h/v1");
+    CHECK(http_protocol::redact_url("not a url @x?y") == "not a url @x?…");
+}
+
+TEST_CASE(
+    "issue 17 item 5: settings, models and auth files that are not regular files are refused, "
+    "naming the file",
+    "[config][issue-17]") {
+    for (const auto kind : {file_kind::settings, file_kind::models, file_kind::auth}) {
+        for (const std::string what : {"a pipe", "a character device"}) {
+            DYNAMIC_SECTION(file_name(kind) << " -> " << what) {
+                // a pipe that holds "{}" and has no writer left (read whole without blocking,
+                // valid), or /dev/null
+                int fds[2];
+                REQUIRE(::pipe(fds) == 0);
+                REQUIRE(::write(fds[1], "{}", 2) == 2);
+                ::close(fds[1]);
+                struct closer {
+                    int fd;
+                    ~closer() { ::close(fd); }
+                } close_it{fds[0]};
+                const std::string target = what == "a pipe"
+                                               ? "/proc/self/fd/" + std::to_string(fds[0])
+                                               : std::string("/dev/null");
+                temp_dir dir;
+                const fs::path file = dir.path / file_name(kind);
+                fs::create_symlink(target, file);
+                const bad_case c{kind, "not a regular file", "", "", "", ""};
+                const auto e = load_error(c, file);
+                REQUIRE(e);
+                CHECK(e->file == file.string());
+                CHECK(e->expected == "a regular file");
+                CHECK(std::string(e->what()) ==
+                      file.string() + ": not a regular file (" + what +
+                          "); coagent reads configuration only from regular files");
+            }
+        }
+    }
+    // the project layer too: <cwd>/.coagent/settings.json -> /dev/stdin in RPC mode
+    temp_dir dir;
+    const fs::path project = dir.path / "project" / ".coagent" / "settings.json";
+    fs::create_directories(project.parent_path());
+    fs::create_symlink("/dev/stdin", project);
+    const std::string cmd =
+        "cd '" + (dir.path / "project").string() + "' && echo '{}' | COAGENT_DIR='" +
+        (dir.path / "home").string() + "' '" COAGENT_BIN "' --mode rpc --no-session >'" +
+        (dir.path / "out").string() + "' 2>'" + (dir.path / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(read_text(dir.path / "out").empty());
+    CHECK(read_text(dir.path / "err") ==
+          "coagent: " + project.string() +
+              ": not a regular file (a pipe); coagent reads configuration only from regular "
+              "files\n");
+}
+
+TEST_CASE("issue 17 item 5: a symlinked auth.json is locked and written at the resolved path",
+          "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path real = dir.path / "secrets" / "auth.json";
+    write_file(real, R"({"local":[{"type":"api_key","key":"k1"},{"type":"api_key","key":"k2"}]})");
+    const fs::path link = dir.path / "home" / "auth.json";
+    fs::create_directories(link.parent_path());
+    fs::create_symlink(real, link);
+    file_auth_storage auth(link, [] { return std::int64_t{1000}; });
+    CHECK(auth.api_key("local", "s1") == "k1");
+    CHECK(auth.mark_usage_limit_reached("local", "s1", 5000));
+    CHECK(fs::is_symlink(link));  // written through, not replaced
+    CHECK(fs::exists(dir.path / "secrets" / "auth.json.lock"));
+    CHECK_FALSE(fs::exists(dir.path / "home" / "auth.json.lock"));
+    CHECK_THAT(read_text(real), Catch::Contains("\"blockedUntil\": 6000"));
+    // a dangling symlink: written at its target, the link stays
+    const fs::path link2 = dir.path / "home2" / "auth.json";
+    fs::create_directories(link2.parent_path());
+    const fs::path real2 = dir.path / "secrets2" / "auth.json";
+    fs::create_directories(real2.parent_path());
+    fs::create_symlink(real2, link2);
+    config_file::write_atomically(link2, "{}\n", link2.string(), 0600);
+    CHECK(fs::is_symlink(link2));
+    CHECK(read_text(real2) == "{}\n");
+    { config_file::lock l(link2); }
+    CHECK(fs::exists(dir.path / "secrets2" / "auth.json.lock"));
+    CHECK_FALSE(fs::exists(dir.path / "home2" / "auth.json.lock"));
+}
+
+TEST_CASE(
+    "issue 17 item 7: usage-limit blocks are clamped to 7 days, and coagent auth --unblock "
+    "lifts them",
+    "[config][issue-17]") {
+    temp_dir dir;
+    const fs::path file = dir.path / "auth.json";
+    constexpr std::int64_t now = 1'700'000'000'000;
+    constexpr std::int64_t week = std::int64_t{7} * 24 * 60 * 60 * 1000;
+    write_file(file,
+               R"({"openai":[{"type":"api_key","key":"k1"},{"type":"api_key","key":"k2"}],)"
+               R"("anthropic":[{"type":"api_key","key":"a1","blockedUntil":99999999999999999}],)"
+               R"("note":{"type":"other","kept":true}})");
+    {
+        file_auth_storage auth(file, [] { return now; });
+        CHECK(file_auth_storage::max_block_ms == week);
+        // Retry-After: 99999999999 (seconds) on a usage-limit 429
+        CHECK(auth.api_key("openai", "s") == "k1");
+        CHECK(auth.mark_usage_limit_reached("openai", "s", std::int64_t{99999999999} * 1000));
+        CHECK(auth.blocked_until("openai", 0) == now + week);
+        // a block stored beyond 7 days (an older coagent) counts as 7 days from now
+        CHECK(auth.blocked_until("anthropic", 0) == now + week);
+    }
+    CHECK_THAT(read_text(file), Catch::Contains("\"blockedUntil\": " + std::to_string(now + week)));
+
+    // coagent auth --unblock openai: that provider's blocks only
+    auto r = run_coagent(dir.path, "auth --unblock openai");
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out == "openai: 1 block lifted in " + file.string() + "\n");
+    {
+        file_auth_storage auth(file);
+        CHECK(auth.blocked_until("openai", 0) == 0);
+        CHECK(auth.blocked_until("anthropic", 0) > 0);
+    }
+    // without a provider: every block
+    r = run_coagent(dir.path, "auth --unblock");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == "anthropic: 1 block lifted in " + file.string() + "\n");
+    CHECK_THAT(read_text(file), !Catch::Contains("blockedUntil"));
+    CHECK_THAT(read_text(file), Catch::Contains("\"kept\": true"));  // other entries kept
+    r = run_coagent(dir.path, "auth --unblock");
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == "no blocked credentials in " + file.string() + "\n");
+    // a provider without credentials is an error naming it and the file
+    r = run_coagent(dir.path, "auth --unblock nope");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "coagent: " + file.string() + ": no credentials for provider nope\n");
+    // auth without an action is a usage error
+    r = run_coagent(dir.path, "auth");
+    CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("issue 17 item 6: invalid UTF-8 becomes U+FFFD where text enters", "[issue-17]") {
+    const std::string r = "\xEF\xBF\xBD";
+    CHECK(to_valid_utf8("plain caf\xC3\xA9 \xF0\x9F\x98\x80") ==
+          "plain caf\xC3\xA9 \xF0\x9F\x98\x80");
+    CHECK(to_valid_utf8("caf\xE9 au lait") == "caf" + r + " au lait");  // Latin-1
+    CHECK(to_valid_utf8("\x80\xBF") == r + r);                          // stray continuations
+    CHECK(to_valid_utf8("\xC0\xAF") == r + r);                          // overlong
+    CHECK(to_valid_utf8("\xED\xA0\x80") == r + r + r);                  // a surrogate
+    CHECK(to_valid_utf8("\xF4\x90\x80\x80") == r + r + r + r);          // beyond U+10FFFF
+    CHECK(to_valid_utf8("\xE2\x82") == r);                              // truncated: one U+FFFD
+    CHECK(to_valid_utf8("\xE2\x82x") == r + "x");
+    // a provider's error body that is not UTF-8
+    CHECK(http_protocol::http_error_text(503, "\xFF\xFE overloaded").text ==
+          "503 " + r + r + " overloaded");
 }

@@ -34,7 +34,10 @@ const char* overflow_script =
 
 struct temp_dir {
     fs::path path = fs::temp_directory_path() / ("coagent-compaction-" + random_hex_id(12));
-    temp_dir() { fs::create_directories(path); }
+    temp_dir() {
+        fs::create_directories(path);
+        fs::permissions(path, fs::perms::owner_all);  // private: no readable-directory warning
+    }
     ~temp_dir() {
         std::error_code ec;
         fs::remove_all(path, ec);

@@ -2,12 +2,21 @@
 
 #include "support/session_harness.hpp"
 
+#include <coagent/session/config_file.hpp>
 #include <coagent/session/history.hpp>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -20,6 +29,7 @@ struct temp_dir {
     temp_dir() {
         path = fs::temp_directory_path() / ("coagent-test-" + random_hex_id(12));
         fs::create_directories(path);
+        fs::permissions(path, fs::perms::owner_all);  // private: no readable-directory warning
     }
     ~temp_dir() {
         std::error_code ec;
@@ -71,11 +81,15 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
     }
     CHECK(stops == std::vector<std::string>{"error", "error", "stop"});
 
-    // load it back: the whole history, errors included
-    auto loaded = session_history::load(*h.session->history().file());
+    // load it back: the whole history, errors included (after the session ended: a session
+    // file has one writer at a time, issue 17 item 2)
+    const fs::path file = *h.session->history().file();
+    const std::string id = h.session->session_id();
+    h.session.reset();
+    auto loaded = session_history::load(file);
     CHECK(loaded.warnings.empty());
     CHECK(loaded.history.messages().size() == 4);
-    CHECK(loaded.history.session_id() == h.session->session_id());
+    CHECK(loaded.history.session_id() == id);
 }
 
 TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line",
@@ -98,6 +112,8 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     CHECK(loaded.history.messages().size() == 1);
     auto m2 = std::make_shared<message>(make_user_message("two"));
     REQUIRE_FALSE(loaded.history.append_message(m2));
+    // a session file has one writer at a time (issue 17 item 2): release it before a reload
+    loaded.history = session_history();
     auto again = session_history::load(file);
     CHECK(again.history.messages().size() == 2);
 }
@@ -202,6 +218,8 @@ TEST_CASE(
     const auto lines = read_lines(file);
     REQUIRE(lines.size() == 2);  // the header is written with the first entry
     CHECK(lines[0].find("\"id\":\"" + id + "\"") != std::string::npos);
+    // a session file has one writer at a time (issue 17 item 2): release it before a reload
+    loaded.history = session_history();
     auto again = session_history::load(file);
     CHECK(again.history.session_id() == id);
     CHECK(again.history.messages().size() == 1);
@@ -213,6 +231,7 @@ TEST_CASE(
     CHECK(b.history.entries().empty());
     CHECK(b.history.session_id().size() == 32);  // no id in the name: a fresh one
     REQUIRE_FALSE(b.history.append_message(std::make_shared<message>(make_user_message("x"))));
+    b.history = session_history();
     CHECK(session_history::load(blank).history.messages().size() == 1);
 }
 
@@ -247,6 +266,7 @@ TEST_CASE("session file limits: an over-long line is skipped, an over-large file
     CHECK(loaded.warnings[0] == file.string() + ":2: line of " + std::to_string(entry.size() - 1) +
                                     " bytes exceeds the limit of 100 bytes (0 MiB); skipped");
     CHECK(loaded.history.entries().size() == 1);
+    loaded.history = session_history();  // one writer at a time (issue 17 item 2)
     CHECK(session_history::load(file).history.entries().size() ==
           2);  // default limits: 64 MiB a line
 
@@ -286,4 +306,169 @@ TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session
     CHECK(msgs[1]->usage.output == INT64_MIN);
     CHECK(msgs[1]->usage.total_tokens == INT64_MAX);
     CHECK(msgs[1]->timestamp == INT64_MIN);
+}
+
+namespace {
+
+unsigned mode_of(const fs::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_mode & 07777;
+}
+
+// Sets the process umask for one scope (tests in one binary run one at a time).
+struct umask_scope {
+    mode_t old;
+    explicit umask_scope(mode_t m) : old(::umask(m)) {}
+    ~umask_scope() { ::umask(old); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
+    "the umask; existing directories are left alone",
+    "[history][issue-17]") {
+    for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
+        INFO("umask " << std::oct << mask);
+        temp_dir dir;
+        fs::permissions(dir.path, fs::perms(0755));
+        const fs::path home = dir.path / "home";  // $COAGENT_DIR, created by coagent
+        const fs::path sessions = home / "sessions";
+        umask_scope scope(mask);
+        auto h = session_history::create_file(sessions, "/somewhere");
+        REQUIRE(h.file());
+        CHECK(mode_of(*h.file()) == 0600);
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message("hi"))));
+        CHECK(mode_of(*h.file()) == 0600);
+        CHECK(mode_of(sessions) == 0700);
+        CHECK(mode_of(home) == 0700);
+        CHECK(mode_of(dir.path) == 0755);  // not created by coagent: not touched
+
+        // settings.json and auth.json writes create $COAGENT_DIR the same way
+        const fs::path other = dir.path / "other-home";
+        config_file::write_atomically(other / "settings.json", "{}\n", "settings.json");
+        CHECK(mode_of(other) == 0700);
+        const fs::path third = dir.path / "third-home";
+        { config_file::lock l(third / "auth.json"); }
+        CHECK(mode_of(third) == 0700);
+        CHECK(mode_of(third / "auth.json.lock") == 0600);
+    }
+}
+
+TEST_CASE(
+    "issue 17 item 1: an existing session directory that group or others can read is warned "
+    "about once, and left as it is",
+    "[history][issue-17]") {
+    temp_dir dir;
+    const fs::path sessions = dir.path / "sessions";
+    fs::create_directories(sessions);
+    fs::permissions(sessions, fs::perms(0755));
+    std::ostringstream log;
+    auto logger = std::make_shared<spdlog::logger>(
+        "test", std::make_shared<spdlog::sinks::ostream_sink_st>(log));
+    logger->set_pattern("%l: %v");
+    const auto make = [&](const fs::path& d) {
+        harness h("[]", settings{}, [&](session_options& o) {
+            o.session_dir = d;
+            o.cwd = "/somewhere";
+            o.logger = logger;
+        });
+    };
+    make(sessions);
+    CHECK(log.str() == "warning: " + sessions.string() +
+                           ": the session directory can be read by group or others (mode 0755); "
+                           "`chmod 700 " +
+                           sessions.string() + "` keeps conversations private\n");
+    make(sessions);  // once per directory and process
+    CHECK(log.str().find("warning", 1) == std::string::npos);
+    CHECK(mode_of(sessions) == 0755);
+
+    log.str("");
+    const fs::path private_dir = dir.path / "private";
+    fs::create_directories(private_dir);
+    fs::permissions(private_dir, fs::perms(0700));
+    make(private_dir);
+    fs::permissions(private_dir, fs::perms(0710));  // searchable, not readable: no warning
+    make(private_dir);
+    CHECK(log.str().empty());
+}
+
+TEST_CASE(
+    "issue 17 item 9: session and entry ids come from the OS random source: a forked child "
+    "does not repeat its parent's ids",
+    "[history][issue-17]") {
+    (void)random_hex_id(32);  // any per-process generator state is set up before the fork
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const std::string id = random_hex_id(32) + random_hex_id(8);
+        const auto n = ::write(fds[1], id.data(), id.size());
+        ::_exit(n == static_cast<ssize_t>(id.size()) ? 0 : 1);
+    }
+    ::close(fds[1]);
+    const std::string mine = random_hex_id(32) + random_hex_id(8);
+    std::string theirs(40, '\0');
+    std::size_t got = 0;
+    while (got < theirs.size()) {
+        const auto n = ::read(fds[0], theirs.data() + got, theirs.size() - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(got == 40);
+    CHECK(mine.find_first_not_of("0123456789abcdef") == std::string::npos);
+    CHECK(theirs.substr(0, 32) != mine.substr(0, 32));
+    CHECK(theirs.substr(32) != mine.substr(32));
+    // ids of every length come out whole: 1, 8, 16, 17 and 32 hex digits
+    for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
+}
+
+TEST_CASE(
+    "issue 17 item 2: a session file is locked for the life of its session; a second opener is "
+    "refused naming the process that holds it",
+    "[history][issue-17]") {
+    temp_dir dir;
+    const std::string in_use = ": in use by process " + std::to_string(::getpid());
+    std::optional<fs::path> file;
+    {
+        auto h = session_history::create_file(dir.path, "/somewhere");
+        file = h.file();
+        REQUIRE(file);
+        // before the first entry (an empty file) and after it
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message("hi"))));
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        session_history moved = std::move(h);  // the lock moves with the history
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+    }
+    // released with the session: a loaded session holds it the same way
+    {
+        auto loaded = session_history::load(*file);
+        CHECK(loaded.history.messages().size() == 1);
+        CHECK_THROWS_WITH(session_history::load(*file), file->string() + in_use);
+        REQUIRE_FALSE(
+            loaded.history.append_message(std::make_shared<message>(make_user_message("again"))));
+    }
+    auto again = session_history::load(*file);
+    CHECK(again.history.messages().size() == 2);
+    CHECK(read_lines(*file).size() == 3);
+}
+
+TEST_CASE("issue 17 item 2: the holder of a flock is read from /proc/locks",
+          "[history][issue-17]") {
+    const std::string locks =
+        "1: POSIX  ADVISORY  WRITE 111 fd:01:4242 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 222 00:2f:4242 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 333 00:2f:4242 0 EOF\n"
+        "3: FLOCK  ADVISORY  WRITE 444 fd:01:4242 0 EOF\n"
+        "4: OFDLCK ADVISORY  READ  -1 fd:01:99 0 EOF\n";
+    CHECK(flock_holder(locks, makedev(0xfd, 0x01), 4242) == 444);
+    CHECK(flock_holder(locks, makedev(0x00, 0x2f), 4242) == 222);
+    CHECK(flock_holder(locks, makedev(0xfd, 0x01), 99) == std::nullopt);
+    CHECK(flock_holder("", makedev(0xfd, 0x01), 4242) == std::nullopt);
 }

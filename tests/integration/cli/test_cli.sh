@@ -69,6 +69,72 @@ check "session file keeps the errors" [ "$(grep -c '"stopReason":"error"' "$f")"
 check "--continue sends the history" contains log2.jsonl '"text":"hi"'
 check "--continue filters errors" bash -c "! grep -q '\"stopReason\":\"error\"' log2.jsonl"
 
+# issue 17 item 1: a $COAGENT_DIR and sessions/ that coagent creates are 0700, session files
+# 0600, whatever the umask; an existing sessions/ that others can read is warned about
+fresh="$work/fresh-home"
+(umask 000; COAGENT_DIR="$fresh" "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>err.txt)
+check "created COAGENT_DIR is 0700" [ "$(stat -c %a "$fresh")" = 700 ]
+check "created sessions/ is 0700" [ "$(stat -c %a "$fresh/sessions")" = 700 ]
+check "session file is 0600" [ "$(stat -c %a "$fresh"/sessions/*.jsonl)" = 600 ]
+check "no warning for a private sessions/" equals err.txt ""
+chmod 755 "$fresh/sessions"
+COAGENT_DIR="$fresh" "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>err.txt
+check "readable sessions/ warned" contains err.txt "$fresh/sessions: the session directory can be read by group or others (mode 0755)"
+check "readable sessions/ not chmodded" [ "$(stat -c %a "$fresh/sessions")" = 755 ]
+
+# issue 17 item 8: RPC mode exits 1 when stdout fails. EPIPE: a FIFO's write end whose only
+# reader is closed before coagent starts (no race); and a closed stdout.
+mkfifo "$work/nobody-reads"
+exec 3<>"$work/nobody-reads" 4>"$work/nobody-reads"
+exec 3<&-
+echo '{"type":"get_state"}' | "$COAGENT" --mode rpc --no-session >&4 2>err.txt; rc=$?
+exec 4>&-
+check "rpc: EPIPE on stdout exits 1" [ $rc = 1 ] || echo "got rc $rc" >&2
+check "rpc: EPIPE logged" contains err.txt "writing stdout failed"
+echo '{"type":"get_state"}' | "$COAGENT" --mode rpc --no-session >&- 2>err.txt; rc=$?
+check "rpc: closed stdout exits 1" [ $rc = 1 ] || echo "got rc $rc" >&2
+check "rpc: closed stdout named" contains err.txt "stdout"
+
+# issue 17 item 4: a running coagent cannot be core-dumped or ptrace-read by its user
+# (PR_SET_DUMPABLE 0): /proc/<pid>/status then belongs to root, not to the process's user. Run as
+# nobody when the tests run as root, so that the owner tells. COAGENT_ALLOW_CORE_DUMPS=1 opts out.
+pub=$(mktemp -d); chmod 755 "$pub"
+run_as=()
+[ "$(id -u)" = 0 ] && run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+proc_owner() {  # proc_owner [ENV=VALUE]: the owner of /proc/<pid>/status of a running coagent --mode rpc
+  local line owner
+  coproc RPC { cd "$pub" && exec env COAGENT_DIR="$pub/home" "$@" "${run_as[@]}" "$COAGENT" --mode rpc --no-session 2>"$pub/err"; }
+  read -r -t 30 -u "${RPC[0]}" line
+  owner=$(stat -c %u "/proc/$RPC_PID/status")
+  exec {RPC[1]}>&-
+  wait "$RPC_PID"
+  echo "$owner"
+}
+me=$(id -u); [ "$me" = 0 ] && me=$(id -u nobody)
+check "not dumpable by default" [ "$(proc_owner)" = 0 ]
+check "COAGENT_ALLOW_CORE_DUMPS=1 keeps it dumpable" [ "$(proc_owner COAGENT_ALLOW_CORE_DUMPS=1)" = "$me" ]
+COAGENT_ALLOW_CORE_DUMPS=yes "$COAGENT" -p hi --no-session >out.txt 2>err.txt; rc=$?
+check "bad COAGENT_ALLOW_CORE_DUMPS exit 2" [ $rc = 2 ]
+check "bad COAGENT_ALLOW_CORE_DUMPS named" equals err.txt 'coagent: COAGENT_ALLOW_CORE_DUMPS: expected 1 (allow core dumps) or 0, found "yes"'
+rm -rf "$pub"
+
+# issue 17 item 6: invalid UTF-8 becomes U+FFFD where it enters (-p, the working directory,
+# a provider's error text); every line coagent writes is valid UTF-8
+latin=$(printf 'caf\xe9 au lait')
+"$COAGENT" --mode json -p "$latin" --no-session --faux-script '[{"text":"ok"}]' >out.txt 2>err.txt; rc=$?
+check "-p Latin-1: exit 0" [ $rc = 0 ]
+check "-p Latin-1: json lines are valid UTF-8" iconv -f UTF-8 -t UTF-8 out.txt -o /dev/null
+check "-p Latin-1: U+FFFD in its place" contains out.txt "$(printf '"text":"caf\xef\xbf\xbd au lait"')"
+baddir="$work/$(printf 'dir\xff')"
+mkdir "$baddir"
+(cd "$baddir" && "$COAGENT" -p hi --faux-script '[{"text":"x"}]' >/dev/null 2>"$work/err.txt")
+f=$(ls -t "$COAGENT_DIR"/sessions/*.jsonl | head -1)
+check "non-UTF-8 cwd: session file is valid UTF-8" iconv -f UTF-8 -t UTF-8 "$f" -o /dev/null
+check "non-UTF-8 cwd: stored with U+FFFD" contains "$f" "$(printf '"cwd":"%s/dir\xef\xbf\xbd"' "$work")"
+(cd "$baddir" && "$COAGENT" -p again --continue --faux-script '[{"text":"y"}]' --faux-log "$work/log3.jsonl" >/dev/null 2>"$work/err.txt"); rc=$?
+check "non-UTF-8 cwd: --continue loads it" [ $rc = 0 ] || cat "$work/err.txt" >&2
+check "non-UTF-8 cwd: --continue sends the history" contains "$work/log3.jsonl" '"text":"hi"'
+
 # no script: the friendly fixed reply
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."

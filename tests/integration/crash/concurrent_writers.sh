@@ -6,7 +6,9 @@
 #    too) survive, and no temporary file is left behind;
 #  - auth.json: several processes record usage-limit blocks at once (file_auth_storage, as the
 #    HTTP providers do): the file always parses, no credential or foreign entry is lost, and no
-#    block written by any process is lost (locked read-modify-write).
+#    block written by any process is lost (locked read-modify-write);
+#  - one session file: a second process that opens a session file in use exits 2 naming the
+#    holder (--session FILE and --continue), and racing writers keep every line whole.
 # Usage: concurrent_writers.sh <coagent> <coagent_crash_helper>
 set -uo pipefail
 COAGENT=$(realpath "$1")
@@ -73,6 +75,57 @@ for p in $(seq 1 "$procs"); do records+=("blocks$p.txt"); done
 leftover=$(find "$COAGENT_DIR" -name '*.tmp.*' | wc -l)
 [ "$leftover" = 0 ] || fail "$leftover temporary files left in $COAGENT_DIR"
 echo "auth.json: $procs processes x $rounds blocks: $(cat check-auth.txt), reader: $(cat watch-auth.txt)"
+
+# ---- one session file, two writers (issue 17 item 2) ------------------------------------------
+# A session file is held under an exclusive lock for the life of its session: a second process
+# that opens it (--session FILE, or --continue picking it) exits 2 with "<file>: in use by
+# process <pid>", never writes to it and never silently picks another file; processes that race
+# for one file take turns, and every line of the file stays whole.
+export COAGENT_DIR="$work/home-sessions"  # no settings.json: nothing else on stderr
+sess="$work/sessions"
+"$COAGENT" -p first --session-dir "$sess" --faux-script '[{"text":"one"}]' >/dev/null 2>first-err.txt || fail "first session: $(cat first-err.txt)"
+file=$(ls "$sess"/*.jsonl)
+coproc HOLD { exec "$COAGENT" --mode rpc --session "$file" 2>hold-err.txt; }
+holder=$HOLD_PID
+read -r -t 30 -u "${HOLD[0]}" line
+[ "$line" = '{"type":"ready"}' ] || fail "the holder did not start: $line $(cat hold-err.txt)"
+size_before=$(stat -c %s "$file")
+"$COAGENT" --mode rpc --session "$file" --session-dir "$sess" </dev/null >second-out.txt 2>second-err.txt; rc=$?
+[ $rc = 2 ] || fail "a second process on the same --session FILE exited $rc, not 2"
+[ "$(cat second-err.txt)" = "coagent: $file: in use by process $holder" ] || fail "second process: $(cat second-err.txt)"
+[ ! -s second-out.txt ] || fail "the refused process wrote to stdout: $(cat second-out.txt)"
+"$COAGENT" -p again --continue --session-dir "$sess" --faux-script '[{"text":"two"}]' >cont-out.txt 2>cont-err.txt; rc=$?
+[ $rc = 2 ] || fail "--continue on a session in use exited $rc, not 2"
+[ "$(cat cont-err.txt)" = "coagent: $file: in use by process $holder" ] || fail "--continue: $(cat cont-err.txt)"
+[ "$(ls "$sess" | wc -l)" = 1 ] || fail "--continue created another session file: $(ls "$sess")"
+[ "$(stat -c %s "$file")" = "$size_before" ] || fail "a refused process wrote to the session file"
+# the holder writes meanwhile; then it ends and the file is free again
+echo '{"id":"p","type":"prompt","message":"held"}' >&"${HOLD[1]}"
+while read -r -t 30 -u "${HOLD[0]}" line; do [[ $line == *agent_settled* ]] && break; done
+exec {HOLD[1]}>&-
+wait "$holder" || fail "the holder exited with an error: $(cat hold-err.txt)"
+# racing writers: every one either runs (exit 0) or is refused (exit 2, "in use by process")
+racers=${COAGENT_SESSION_RACERS:-6}
+pids=()
+for r in $(seq 1 "$racers"); do
+  "$COAGENT" -p "race $r" --session "$file" --faux-script "[{\"text\":\"reply $r $(head -c 3000 /dev/zero | tr '\0' x)\"}]" >race$r-out.txt 2>race$r-err.txt &
+  pids+=($!)
+done
+ran=0
+for r in $(seq 1 "$racers"); do
+  wait "${pids[$((r-1))]}"; rc=$?
+  if [ $rc = 0 ]; then ran=$((ran+1));
+  elif [ $rc = 2 ]; then grep -q "^coagent: $file: in use by process [0-9]*$" race$r-err.txt || fail "racer $r: $(cat race$r-err.txt)";
+  else fail "racer $r exited $rc: $(cat race$r-err.txt)"; fi
+done
+[ "$ran" -ge 1 ] || fail "no racer ran"
+: > no-events.txt
+"$HELPER" check-session no-events.txt "$file" >check-session.txt 2>&1 || fail "$(cat check-session.txt)"
+grep -q ' torn 0$' check-session.txt || fail "the session file has torn lines: $(cat check-session.txt)"
+# header + first (2) + held (2) + 2 per racer that ran
+expected_lines=$((1 + 2 + 2 + 2 * ran))
+[ "$(wc -l < "$file")" = "$expected_lines" ] || fail "the session file has $(wc -l < "$file") lines, expected $expected_lines"
+echo "one session file: a second process and --continue refused; $ran of $racers racers ran, the others refused"
 
 echo "concurrent writers: $failed failed"
 [ "$failed" = 0 ]

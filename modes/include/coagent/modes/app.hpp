@@ -30,7 +30,20 @@ struct app_options {
     std::optional<std::filesystem::path> session_dir;
     bool continue_last = false;
     std::optional<std::filesystem::path> session_file;
+    /// File descriptor 1 was closed when coagent started (reserve_standard_descriptors): RPC
+    /// mode then exits 1 at once.
+    bool stdout_closed = false;
 };
+
+/// Which of the descriptors 0, 1, 2 were closed at start; each closed one is reopened on
+/// /dev/null first, so that no file coagent opens later (a session file, an epoll descriptor)
+/// takes its number and receives another stream's bytes. Call it first thing in main.
+struct standard_descriptors {
+    bool stdin_closed = false;
+    bool stdout_closed = false;
+    bool stderr_closed = false;
+};
+standard_descriptors reserve_standard_descriptors() noexcept;
 
 /// A configuration or usage problem: exit code 2, message shown as is.
 class config_error : public std::runtime_error {

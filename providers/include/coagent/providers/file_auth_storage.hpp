@@ -61,11 +61,22 @@ class file_auth_storage final : public auth_storage {
 
     const std::filesystem::path& file() const noexcept { return file_; }
 
+    /// Lifts the usage-limit blocks (removes `blockedUntil`) of `provider`'s credentials, or of
+    /// every provider, under the file's lock; the rest of the file is kept. Returns the
+    /// providers whose blocks were lifted, with how many, by provider name (`coagent auth
+    /// --unblock [provider]`). Throws settings_error for a broken file or a provider without
+    /// credentials (`<file>: no credentials for provider <name>`).
+    std::vector<std::pair<std::string, std::size_t>> unblock(
+        std::optional<std::string_view> provider = std::nullopt);
+
     /// Unknown fields of the api_key credentials read by the constructor ("openai[1].note"),
     /// each once, in file order: kept (also when the file is rewritten), not used.
     const std::vector<settings_warning>& warnings() const noexcept { return warnings_; }
 
     static constexpr std::int64_t default_block_ms = 60'000;
+    /// The longest block stored or honoured: 7 days. A server hint beyond it (Retry-After:
+    /// 99999999999) blocks for 7 days; a stored block further away counts as 7 days from now.
+    static constexpr std::int64_t max_block_ms = std::int64_t{7} * 24 * 60 * 60 * 1000;
 
   private:
     struct credential {
@@ -75,6 +86,7 @@ class file_auth_storage final : public auth_storage {
     using table = std::map<std::string, std::vector<credential>, std::less<>>;
 
     void refresh_locked();  // re-reads the file if it changed (mutex_ held)
+    static std::int64_t effective_block(std::int64_t blocked_until, std::int64_t now);
     static std::size_t pick(const std::vector<credential>& creds, std::int64_t now);
 
     std::filesystem::path file_;

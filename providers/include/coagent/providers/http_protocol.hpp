@@ -112,4 +112,14 @@ class stream_decoder {
     std::map<std::size_t, std::string> tool_args_;
 };
 
+/// `url` fit to quote in an error: the userinfo ("user:password@") is dropped and a query or
+/// fragment becomes "?…" (keys travel there), also when `url` is not a valid URL:
+/// "https://u:p@h:1/v1?key=s" → "https://h:1/v1?…".
+std::string redact_url(std::string_view url);
+
+/// Whether `host` (a URL's host, without brackets) is a loopback address: "localhost" (any
+/// case, also "x.localhost"), 127.0.0.0/8, ::1 (and ::ffff:127.x.y.z). A name that merely
+/// resolves to loopback is not (it could resolve elsewhere tomorrow).
+bool is_loopback_host(std::string_view host);
+
 }  // namespace coagent::http_protocol

@@ -39,6 +39,9 @@ struct http_provider_options {
     std::optional<std::filesystem::path> ca_file;
     /// Epoch ms, for HTTP-date retry hints. Default: the wall clock.
     std::function<std::int64_t()> now_ms;
+    /// Send keys over cleartext http:// to a host that is not loopback (models.json
+    /// "allowInsecureHttp"). Off: such a provider with a key is refused (docs/providers.md).
+    bool allow_insecure_http = false;
     /// Idle keep-alive connections kept per host.
     std::size_t max_idle_per_host = 4;
 };
@@ -55,6 +58,11 @@ class http_provider final : public provider {
     ~http_provider() override;
 
     model_info model() const override;
+
+    /// Why a key must not be sent to this provider's base URL (cleartext http:// to a host that
+    /// is not loopback, without allow_insecure_http), or "" when it may. The constructor throws
+    /// this text when `api_key` is set; a request that finds a key (auth storage) fails with it.
+    const std::string& cleartext_refusal() const noexcept;
 
     /// One streamed request (see provider::stream). Completes on the calling coroutine's
     /// executor. Resolve + connect + TLS handshake are bounded by connectTimeoutMs, every read

@@ -41,6 +41,7 @@ struct provider_entry {
     std::vector<std::pair<std::string, std::string>> headers;
     std::vector<model_entry> models;  ///< the first is the default
     bool builtin = false;
+    bool allow_insecure_http = false;  ///< "allowInsecureHttp": keys over cleartext http:// allowed
 };
 
 /// A provider or model that does not exist; what() lists what does.

@@ -85,6 +85,12 @@ std::optional<std::int64_t> saturating_int64(const json::value& v) noexcept;
 /// boundary, with "..." appended, `max_bytes` bytes in all (max_bytes >= 4).
 std::string cut_utf8(std::string s, std::size_t max_bytes);
 
+/// `s` as valid UTF-8: every ill-formed sequence (a stray continuation byte, a truncated or
+/// overlong sequence, a surrogate, a code point beyond U+10FFFF; each maximal subpart, as
+/// Unicode recommends) becomes U+FFFD. Applied where outside text enters coagent (`-p`, the
+/// working directory, a provider's error text), so every line coagent writes is valid UTF-8.
+std::string to_valid_utf8(std::string_view s);
+
 /// Compact JSON of `v` for an error message, cut by cut_utf8 (80 bytes by default).
 std::string json_excerpt(const json::value& v, std::size_t max_bytes = 80);
 

@@ -23,11 +23,18 @@ namespace coagent::config_file {
 inline constexpr std::size_t max_bytes = std::size_t{4} * 1024 * 1024;
 
 /// The file's bytes; nullopt if it does not exist. Throws settings_error naming the file when it
-/// cannot be read (`<file>: cannot read it: Is a directory`) or is larger than `max`
+/// is not a regular file (`<file>: not a regular file (a pipe); coagent reads configuration only
+/// from regular files`: /dev/stdin, a FIFO, a device; a symlink to a regular file is fine), when
+/// it cannot be read (`<file>: cannot read it: Is a directory`) or is larger than `max`
 /// (`<file>: file larger than the limit of 4194304 bytes (4 MiB)`); no more than `max` + 64 KiB
 /// is ever held.
 std::optional<std::string> read(const std::filesystem::path& p, const std::string& label,
                                 std::size_t max = max_bytes);
+
+/// `p` with the symlinks of its last component followed (up to 40), relative targets taken
+/// from the link's directory; the target need not exist. What write_atomically writes and lock
+/// locks, so a symlinked file is locked and written at the same place.
+std::filesystem::path resolve_symlinks(const std::filesystem::path& p);
 
 /// Whether `text` holds only spaces, tabs and line ends.
 bool blank(std::string_view text) noexcept;
@@ -41,16 +48,18 @@ boost::json::object parse_object(std::string_view text, const std::string& label
                                  std::string_view expected_top = "a JSON object at the top level");
 
 /// Replaces `path` with `content`: a temporary file in the same directory, fsync, rename, fsync
-/// of the directory (created if missing); a symlink is written through, not replaced. `mode`:
-/// the new file's permission bits; nullopt keeps those of the file replaced (a new file gets
-/// 0666 less the umask). The temporary file is removed on failure. Throws settings_error
+/// of the directory (created 0700 if missing, create_private_directories); a symlink is written
+/// through, not replaced. `mode`: the new file's permission bits; nullopt keeps those of the file
+/// replaced (a new file gets 0666 less the umask). The temporary file is removed on failure. Throws
+/// settings_error
 /// (`<file>: cannot <action>: <errno text>`).
 void write_atomically(const std::filesystem::path& path, const std::string& content,
                       const std::string& label, std::optional<unsigned> mode = std::nullopt);
 
-/// An exclusive flock on "<file>.lock" for its lifetime (created 0600 if missing), for a
-/// read-modify-write that concurrent coagent processes must not interleave. Best effort:
-/// `error` says why the lock is not held (then the caller goes on without it).
+/// An exclusive flock on "<file>.lock" (`file` with its symlinks resolved) for its lifetime
+/// (created 0600 if missing), for a read-modify-write that concurrent coagent processes must not
+/// interleave. Best effort: `error` says why the lock is not held (then the caller goes on without
+/// it).
 class lock {
   public:
     explicit lock(const std::filesystem::path& file);

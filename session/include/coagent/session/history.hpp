@@ -11,8 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <sys/types.h>
 
 namespace coagent {
 
@@ -43,7 +46,9 @@ class session_history {
     session_history& operator=(session_history&&) noexcept;
 
     /// A new session file in `dir` (created if missing), named <timestamp>_<id>.jsonl.
-    /// The header is written with the first entry. Throws std::system_error naming the path.
+    /// The header is written with the first entry. The file is created 0600 and held under an
+    /// exclusive flock for the life of the history (docs/sessions.md "One writer"). Throws
+    /// std::system_error naming the path.
     static session_history create_file(const std::filesystem::path& dir, std::string cwd);
 
     struct loaded;
@@ -54,7 +59,9 @@ class session_history {
     /// from the file name (<timestamp>_<id>.jsonl) and the header is written with the first
     /// entry. A file that is not a session file (no valid header, or an empty "id"), that
     /// cannot be read, or that is larger than limits.max_file_bytes throws std::runtime_error
-    /// naming the file. Later appends go to the same file.
+    /// naming the file; so does a file another session holds (`<file>: in use by process
+    /// <pid>`), checked before the file is read. Later appends go to the same file, under the
+    /// same exclusive flock, released when the history is destroyed.
     static loaded load(const std::filesystem::path& file, const session_file_limits& limits = {});
 
     const std::string& session_id() const noexcept { return id_; }
@@ -92,7 +99,7 @@ class session_history {
 
     std::string id_;
     std::unique_ptr<file_state> file_;
-    std::FILE* out_ = nullptr;
+    int fd_ = -1;  // file mode: the session file, O_APPEND, under an exclusive flock
     std::vector<history_entry> entries_;
 };
 
@@ -101,7 +108,13 @@ struct session_history::loaded {
     std::vector<std::string> warnings;
 };
 
-/// A fresh random id of `hex_digits` hex digits.
+/// The process holding a flock on the file (`dev`, `ino`), read from the text of /proc/locks
+/// ("<n>: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF", major and minor in
+/// hex; waiters, "->", are skipped); nullopt when no line matches.
+std::optional<long> flock_holder(std::string_view proc_locks, dev_t dev, ino_t ino);
+
+/// A fresh random id of `hex_digits` hex digits, from the OS's random source (getrandom(2)).
+/// Throws std::system_error when the OS gives no random bytes (no weaker fallback).
 std::string random_hex_id(std::size_t hex_digits);
 
 }  // namespace coagent
