@@ -507,6 +507,55 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     CHECK(p.wait_exit() == 0);
 }
 
+TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles; EOF then exits",
+          "[rpc][process][issue-15]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
+    rpc_process p(env,
+                  fa({}, R"([{"text":"first"},{"text":"SUM","delayMs":300},{"text":"after"}])"));
+    p.next();
+    p.call("p1", "prompt", {{"message", "one"}});
+    p.next_of("agent_settled");
+    p.send(R"({"id":"k","type":"compact"})");
+    p.next_of("compaction_start");
+    CHECK(p.call("p2", "prompt", {{"message", "queued"}, {"streamingBehavior", "followUp"}})
+              .at("success") == true);
+    CHECK(p.call("st", "get_state").at("data").at("pendingMessageCount") == 1);
+    const auto from = p.position();
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(from)) == strings{"compaction_end", "agent_start", "turn_start",
+                                          "message_start:user", "message_end:user",
+                                          "message_start:assistant", "message_end:assistant:stop",
+                                          "turn_end", "agent_end{final}", "agent_settled"});
+    auto st = p.call("st2", "get_state").at("data").as_object();
+    CHECK(st.at("pendingMessageCount") == 0);
+    CHECK(st.at("isStreaming") == false);
+    CHECK(p.call("l", "get_last_assistant_text").at("data").at("text") == "after");
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: stdin EOF during compact with a followUp queued: dropped, settled, exit 0",
+          "[rpc][process][issue-15]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
+    rpc_process p(env,
+                  fa({}, R"([{"text":"first"},{"text":"SUM","delayMs":60000},{"text":"after"}])"));
+    p.next();
+    p.call("p1", "prompt", {{"message", "one"}});
+    p.next_of("agent_settled");
+    p.send(R"({"id":"k","type":"compact"})");
+    p.next_of("compaction_start");
+    CHECK(p.call("p2", "prompt", {{"message", "queued"}, {"streamingBehavior", "followUp"}})
+              .at("success") == true);
+    const auto from = p.position();
+    const auto t0 = std::chrono::steady_clock::now();
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);  // did not wait out the 60 s summary
+    while (!p.at_eof()) p.next();
+    std::vector<json::object> rest = p.since(from);
+    CHECK(brief(rest) == strings{"compaction_end", "agent_settled"});
+}
+
 TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true})");
     rpc_process p(env, {"--no-session"});
