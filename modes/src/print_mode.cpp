@@ -1,4 +1,5 @@
 #include <coagent/modes/app.hpp>
+#include <coagent/modes/wait_text.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -11,9 +12,8 @@
 namespace coagent {
 
 std::string retry_progress_line(const auto_retry_start_event& e) {
-    const std::int64_t secs = e.delay_ms <= 0 ? 0 : (e.delay_ms - 1) / 1000 + 1;  // ceil
     return "Retrying (" + std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) +
-           ") in " + std::to_string(secs) + "s\u2026 \u2014 " + e.error_message;
+           ") in " + format_wait(e.delay_ms) + "\u2026 \u2014 " + e.error_message;
 }
 
 std::string retry_failed_line(const auto_retry_end_event& e) {

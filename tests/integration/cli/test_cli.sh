@@ -26,8 +26,8 @@ two_errors='[{"error":"503 Service Unavailable: upstream overloaded","status":50
 "$COAGENT" -p hi --no-session --faux-script "$two_errors" >out.txt 2>err.txt; rc=$?
 check "print exit 0" [ $rc = 0 ]
 check "print reply on stdout" equals out.txt "Hello there"
-check "retry line 1" contains err.txt "Retrying (1/3) in 1s… — 503 Service Unavailable: upstream overloaded"
-check "retry line 2" contains err.txt "Retrying (2/3) in 1s… — 503 Service Unavailable: upstream overloaded"
+check "retry line 1" contains err.txt "Retrying (1/3) in 0.1s… — 503 Service Unavailable: upstream overloaded"
+check "retry line 2" contains err.txt "Retrying (2/3) in 0.1s… — 503 Service Unavailable: upstream overloaded"
 check "no failure line" bash -c "! grep -q 'Retry failed' err.txt"
 
 # exhausted: failure line, exit 1
