@@ -299,6 +299,44 @@ TEST_CASE("every place that shows a wait uses format_wait (issue 15)", "[wait]")
 }
 
 TEST_CASE(
+    "print mode's stderr lines are sanitised as the TUI does; an empty error names its status",
+    "[print][issue-15]") {
+    const std::string hostile =
+        "500 bad \x1b[31mred\x1b]0;title\x07 \x9b"
+        "2J end";
+    const std::string safe = tui::sanitize(hostile);
+    REQUIRE(safe.find('\x1b') == std::string::npos);
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.delay_ms = 2000;
+    s.error_message = hostile;
+    CHECK(retry_progress_line(s) == "Retrying (1/3) in 2s\u2026 \u2014 " + safe);
+    auto_retry_end_event e;
+    e.attempt = 3;
+    e.final_error = hostile;
+    CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: " + safe);
+
+    prompt_result r;
+    r.outcome = prompt_result::status::failed;
+    r.error = hostile;
+    CHECK(print_error_line(r) == "Error: " + safe);
+    // an error without text: its status, in the form of an HTTP error without a body
+    auto m = std::make_shared<message>();
+    m->role = message_role::assistant;
+    m->stop = stop_reason::error;
+    m->error_message = "";
+    m->error_status = 503;
+    r.error = "";
+    r.last_assistant = m;
+    CHECK(print_error_line(r) == "Error: 503 status code (no body)");
+    m->error_status.reset();
+    CHECK(print_error_line(r) == "Error: Unknown error (the provider gave no text and no status)");
+    e.final_error = "";
+    CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: Unknown error");
+}
+
+TEST_CASE(
     "tui: Esc during the loader cancels the retry; the failure line; the input is usable after") {
     driver d;
     d.start_prompt("hi");

@@ -73,6 +73,16 @@ check "--continue filters errors" bash -c "! grep -q '\"stopReason\":\"error\"' 
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."
 
+# issue 15: provider error text is sanitised on stderr; an empty one shows its status
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"400 bad \u001b[31mred\u001b]0;title\u0007 x","status":400}]' >out.txt 2>err.txt; rc=$?
+check "hostile error exit 1" [ $rc = 1 ]
+check "hostile error has no ESC" bash -c "! grep -q $'\x1b' err.txt"
+check "hostile error has no BEL" bash -c "! grep -q $'\x07' err.txt"
+check "hostile error shown" contains err.txt "Error: 400 bad �[31mred�]0;title� x"
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"","status":503}]' >out.txt 2>err.txt; rc=$?
+check "empty error exit 1" [ $rc = 1 ]
+check "empty error names its status" equals err.txt "Error: 503 status code (no body)"
+
 # bad input → exit 2 with a clear message
 "$COAGENT" --no-such-flag >out.txt 2>err.txt; rc=$?
 check "unknown flag exit 2" [ $rc = 2 ]
