@@ -701,3 +701,23 @@ TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
     store.persist_global("retry.jitter", json::value("full"));
     CHECK(json::parse(read_text(d.global())).at("retry").at("jitter") == "full");
 }
+
+TEST_CASE("docs: every page says the same about retry.maxDelayMs (issue 15)", "[settings][docs]") {
+    // the program caps our backoff at it and ends the chain on an honoured server wait above it;
+    // a page that says "a longer computed wait ends the chain" contradicts it
+    for (const char* page : {"docs/guide.md", "docs/settings.md", "docs/providers.md",
+                             "docs/architecture.md", "docs/retry-policy.md", "README.md"}) {
+        std::ifstream in(std::string(COAGENT_SOURCE_DIR) + "/" + page);
+        REQUIRE(in);
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.find("maxDelayMs") == std::string::npos) continue;
+            INFO(page << ": " << line);
+            CHECK(line.find("computed wait ends") == std::string::npos);
+            if (line.find("| `retry.maxDelayMs`") == 0) {  // a table row: both halves
+                CHECK(line.find("capped") != std::string::npos);
+                CHECK(line.find("ends the chain") != std::string::npos);
+            }
+        }
+    }
+}
