@@ -628,6 +628,41 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     CHECK(p.wait_exit() == 0);
 }
 
+TEST_CASE("rpc mode: get_available_models gives the reference's model shape (issue 15)",
+          "[rpc][process][issue-15]") {
+    rpc_env env;
+    write_file(
+        env.dir.path / "models.json",
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions",)"
+        R"("apiKey":"any","models":[{"id":"m1","name":"Model One","contextWindow":32000,)"
+        R"("maxTokens":4096,"reasoning":true,"input":["text","image"],)"
+        R"("cost":{"input":3,"output":15,"cacheRead":0.3,"cacheWrite":3.75}},{"id":"m2"}]}}})");
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    auto all = p.call("am", "get_available_models").at("data").at("models").as_array();
+    REQUIRE(all.size() >= 3);  // + openai / anthropic when their keys are in the environment
+    json::array models{all[0]};
+    for (const auto& x : all)
+        if (x.at("provider") == "local") models.push_back(x);
+    REQUIRE(models.size() == 3);
+    CHECK(
+        models[0] ==
+        obj(R"({"id":"faux","name":"faux","api":"faux","provider":"faux","baseUrl":"","reasoning":false,"input":["text"],"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0},"contextWindow":128000,"maxTokens":8192})"));
+    CHECK(
+        models[1] ==
+        obj(R"({"id":"m1","name":"Model One","api":"openai-completions","provider":"local","baseUrl":"http://127.0.0.1:9/v1","reasoning":true,"input":["text","image"],"cost":{"input":3,"output":15,"cacheRead":0.3,"cacheWrite":3.75},"contextWindow":32000,"maxTokens":4096})"));
+    // without name, reasoning, input and cost: the reference's defaults (name = id)
+    CHECK(
+        models[2] ==
+        obj(R"({"id":"m2","name":"m2","api":"openai-completions","provider":"local","baseUrl":"http://127.0.0.1:9/v1","reasoning":false,"input":["text"],"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0},"contextWindow":128000,"maxTokens":16384})"));
+    // set_model and get_state answer with the same shape
+    auto m = p.call("m", "set_model", {{"provider", "local"}, {"modelId", "m1"}});
+    CHECK(m.at("data") == models[1]);
+    CHECK(p.call("s", "get_state").at("data").at("model") == models[1]);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
 TEST_CASE(
     "rpc mode: compact summarises the context and answers with the result after compaction_end",
     "[rpc][process]") {
