@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -105,9 +106,9 @@ int main(int argc, char** argv) {
                    "Faux provider script: a JSON array of steps, inline or a file");
     app.add_option("--faux-log", faux_log,
                    "Faux provider: append one JSON line per request received to FILE");
-    app.add_option("--faux-context-window", o.faux_context_window,
-                   "Faux provider: context window in tokens")
-        ->check(CLI::PositiveNumber);
+    std::string faux_window;  // checked below, with an error that says what is allowed
+    app.add_option("--faux-context-window", faux_window,
+                   "Faux provider: context window in tokens (a whole number, at least 1)");
 
     auto* classify_cmd = app.add_subcommand(
         "classify", "Classify an error text as the retry policy does; prints one JSON object");
@@ -119,6 +120,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(100, 599));
     classify_cmd->add_option("--now", classify_now,
                              "Current time in epoch ms (makes dated hints repeatable)");
+    classify_cmd->footer(
+        "Exit codes: 0 the decision was printed; 2 usage error (a bad or missing flag, --status "
+        "outside 100..599).");
 
     auto* auth_cmd = app.add_subcommand(
         "auth",
@@ -138,9 +142,16 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "coagent: " << e.what() << "\n\n" << app.help() << std::flush;
+        // the error and where to look, not the whole help (docs/architecture.md "Executables")
+        const char* help = classify_cmd->parsed() ? "coagent classify --help" : "coagent --help";
+        std::cerr << "coagent: " << e.what() << "\nRun '" << help << "' for the flags.\n"
+                  << std::flush;
         return 2;
     }
+    const auto usage_error = [](const std::string& what) {
+        std::cerr << "coagent: " << what << "\nRun 'coagent --help' for the flags.\n" << std::flush;
+        return 2;
+    };
 
     if (*classify_cmd) return run_classify(classify_message, classify_status, classify_now);
     if (*auth_cmd) {
@@ -150,6 +161,39 @@ int main(int argc, char** argv) {
         }
         return run_unblock(auth_provider);
     }
+
+    if (app.count("--faux-context-window")) {
+        const auto bad = [&] {
+            return usage_error(
+                "--faux-context-window: must be a whole number of tokens, at least "
+                "1 (got " +
+                faux_window + ")");
+        };
+        std::int64_t n = 0;
+        const char* end = faux_window.data() + faux_window.size();
+        const auto [ptr, ec] = std::from_chars(faux_window.data(), end, n);
+        if (ec != std::errc() || ptr != end || n < 1) return bad();
+        o.faux_context_window = n;
+    }
+    // contradictory flags are refused, never resolved silently (one wins over the other)
+    const auto both = [&](const char* a, const char* b, const char* why) {
+        return usage_error(std::string(a) + " and " + b + " cannot be used together: " + why);
+    };
+    const bool has_session = app.count("--session") > 0;
+    if (o.no_session && o.continue_last)
+        return both("--no-session", "--continue",
+                    "--continue resumes a session file, --no-session keeps no file");
+    if (o.no_session && has_session)
+        return both("--no-session", "--session",
+                    "--session resumes a session file, --no-session keeps no file");
+    if (o.no_session && app.count("--session-dir"))
+        return both("--no-session", "--session-dir", "--no-session writes no session file");
+    if (o.continue_last && has_session)
+        return both("--continue", "--session",
+                    "each names the session to resume; give one of them");
+    if (app.count("-p") && (mode_name == "rpc" || mode_name == "interactive"))
+        return both("-p", mode_name == "rpc" ? "--mode rpc" : "--mode interactive",
+                    "-p runs one prompt in print mode (or with --mode json)");
 
     if (!model.empty()) {
         if (auto slash = model.find('/'); slash != std::string::npos) {

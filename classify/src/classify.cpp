@@ -104,6 +104,34 @@ std::string provider_error_type_of(std::string_view text) {
     return {};
 }
 
+// The length of a leading HTTP status, `^\d{3}\s+` ("429 "), or 0.
+std::size_t leading_status_length(std::string_view text) noexcept {
+    const auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+    if (text.size() < 4 || !digit(text[0]) || !digit(text[1]) || !digit(text[2])) return 0;
+    std::size_t n = 3;
+    const auto blank = [](char ch) {
+        return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+    };
+    while (n < text.size() && blank(text[n])) ++n;
+    return n == 3 ? 0 : n;
+}
+
+// A 429 is throttling, whatever its text says: an overflow pattern never wins (docs/
+// classification.md "Order"). The status comes from the provider, or from a leading "429 ".
+bool throttled(std::optional<int> status, std::string_view text) noexcept {
+    if (status && *status == 429) return true;
+    return leading_status_length(text) > 0 && text.substr(0, 3) == "429";
+}
+
+// The non-overflow exclusions, tried against the text without its leading HTTP status (an HTTP
+// error's text starts with it, and the anchored exclusions would never match otherwise).
+bool excluded(const detail::match_result& m, std::string_view text) {
+    if (m.first("non_overflow")) return true;
+    const std::size_t n = leading_status_length(text);
+    if (n == 0) return false;
+    return detail::match_result(text.substr(n)).first("non_overflow").has_value();
+}
+
 }  // namespace
 
 bool pattern_matches(std::size_t index, std::string_view text) {
@@ -134,7 +162,7 @@ classification classify_error_text(std::string_view text, std::optional<int> sta
     const detail::match_result m(text);  // one pass over the text for every table
     c.retry_after_ms = detail::retry_hint(m, text, now_ms);
 
-    if (auto i = m.first("overflow"); i && !m.first("non_overflow")) {
+    if (auto i = m.first("overflow"); i && !throttled(status, text) && !excluded(m, text)) {
         c.kind = error_kind::context_overflow;
         c.rule = rule_of(*i);
         return c;

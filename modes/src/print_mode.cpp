@@ -1,4 +1,6 @@
 #include <coagent/modes/app.hpp>
+#include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/wait_text.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -10,23 +12,35 @@
 
 namespace coagent {
 
+// Text from a provider or a server goes to a terminal: sanitised as the TUI does (controls and
+// escape sequences become U+FFFD), so a server cannot drive the user's terminal.
 std::string retry_progress_line(const auto_retry_start_event& e) {
-    const std::int64_t secs = e.delay_ms <= 0 ? 0 : (e.delay_ms - 1) / 1000 + 1;  // ceil
     return "Retrying (" + std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) +
-           ") in " + std::to_string(secs) + "s\u2026 \u2014 " + e.error_message;
+           ") in " + format_wait(e.delay_ms) + "\u2026 \u2014 " + tui::sanitize(e.error_message);
 }
 
 std::string retry_failed_line(const auto_retry_end_event& e) {
+    const std::string error = e.final_error.value_or("");
     return "Retry failed after " + std::to_string(e.attempt) +
-           " attempts: " + e.final_error.value_or("Unknown error");
+           " attempts: " + (error.empty() ? std::string("Unknown error") : tui::sanitize(error));
 }
 
 std::string fallback_applied_line(const retry_fallback_applied_event& e) {
-    return "Fallback: " + e.from + " -> " + e.to;
+    return "Fallback: " + tui::sanitize(e.from) + " -> " + tui::sanitize(e.to);
 }
 
 std::string fallback_succeeded_line(const retry_fallback_succeeded_event& e) {
-    return "Fallback succeeded on " + e.model;
+    return "Fallback succeeded on " + tui::sanitize(e.model);
+}
+
+std::string print_error_line(const prompt_result& r) {
+    if (!r.error.empty()) return "Error: " + tui::sanitize(r.error);
+    // no text: the status, in the form of an HTTP error without a body (docs/architecture.md
+    // "Error text")
+    if (r.last_assistant && r.last_assistant->error_status)
+        return "Error: " + std::to_string(*r.last_assistant->error_status) +
+               " status code (no body)";
+    return "Error: Unknown error (the provider gave no text and no status)";
 }
 
 int run_print_mode(app_context& app) {
@@ -85,7 +99,7 @@ int run_print_mode(app_context& app) {
         default:
             // a retry chain's failure was already shown by its "Retry failed" line
             if (!json_mode && !retry_failure_shown)
-                std::cerr << "Error: " << result->error << std::endl;
+                std::cerr << print_error_line(*result) << std::endl;
             return 1;
     }
 }

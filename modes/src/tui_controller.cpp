@@ -1,5 +1,6 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/wait_text.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -125,7 +126,8 @@ void tui_controller::on_event(const event& e, time_point now) {
         loader_ = loader_kind::retry;
         attempt_ = rs->attempt;
         max_attempts_ = rs->max_attempts;
-        deadline_ = now + std::chrono::milliseconds(std::max<std::int64_t>(0, rs->delay_ms));
+        wait_start_ = now;
+        wait_ms_ = std::max<std::int64_t>(0, rs->delay_ms);
         retry_error_ = rs->error_message;
         pending_error_.reset();  // the loader shows that it failed; only a final failure is a line
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
@@ -176,9 +178,9 @@ void tui_controller::on_event(const event& e, time_point now) {
 }
 
 void tui_controller::on_tick(time_point now) {
-    const int before = countdown_seconds();
+    const std::string before = loader_ == loader_kind::retry ? loader_text() : std::string();
     now_ = now;
-    if (loader_ == loader_kind::retry && countdown_seconds() != before) ++revision_;
+    if (loader_ == loader_kind::retry && loader_text() != before) ++revision_;
 }
 
 void tui_controller::on_prompt_done(const std::string& text, const prompt_result& r) {
@@ -280,21 +282,25 @@ void tui_controller::on_other_key() {
     }
 }
 
-int tui_controller::countdown_seconds() const {
+std::int64_t tui_controller::wait_left_ms() const {
     if (loader_ != loader_kind::retry) return 0;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now_).count();
-    if (left <= 0) return 0;
-    constexpr std::int64_t second = 1'000'000'000;
-    return static_cast<int>((left + second - 1) / second);  // ceil
+    // in milliseconds from the start: a huge wait never overflows a time point; rounded up
+    const auto elapsed_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - wait_start_).count();
+    const std::int64_t elapsed_ms = elapsed_ns <= 0 ? 0 : elapsed_ns / 1'000'000;
+    return elapsed_ms >= wait_ms_ ? 0 : wait_ms_ - elapsed_ms;
 }
 
 std::optional<tui_controller::time_point> tui_controller::next_wakeup() const {
-    if (loader_ != loader_kind::retry) return std::nullopt;
-    const int n = countdown_seconds();
-    if (n <= 0) return std::nullopt;
-    // the shown number drops when exactly n-1 seconds are left
-    return deadline_ - std::chrono::seconds(n - 1);
+    const std::int64_t left = wait_left_ms();
+    if (left <= 0) return std::nullopt;
+    // the text changes when next_wait_change(left) ms are left, i.e. at start + (wait - that)
+    const std::int64_t at_ms = wait_ms_ - next_wait_change(left);
+    const auto room =
+        std::chrono::duration_cast<std::chrono::milliseconds>(time_point::max() - wait_start_)
+            .count();
+    if (at_ms >= room) return std::nullopt;  // beyond any clock: nothing to redraw
+    return wait_start_ + std::chrono::milliseconds(at_ms);
 }
 
 std::string tui_controller::loader_text() const {
@@ -305,7 +311,7 @@ std::string tui_controller::loader_text() const {
             return "Working\u2026 (esc to interrupt)";
         case loader_kind::retry:
             return "Retrying (" + std::to_string(attempt_) + "/" + std::to_string(max_attempts_) +
-                   ") in " + std::to_string(countdown_seconds()) + "s\u2026 (esc to cancel)";
+                   ") in " + format_wait(wait_left_ms()) + "\u2026 (esc to cancel)";
         case loader_kind::compaction:
             return overflow_ ? "Context overflow detected, compacting\u2026 (esc to cancel)"
                              : "Compacting context\u2026 (esc to cancel)";

@@ -45,9 +45,9 @@ constexpr std::string_view no_keys[] = {""};
 constexpr std::string_view provider_keys[] = {"baseUrl", "api",    "apiKey",
                                               "headers", "models", "allowInsecureHttp"};
 constexpr std::string_view reference_provider_keys[] = {"authHeader", "compat"};
-constexpr std::string_view model_keys[] = {"id", "name", "contextWindow", "maxTokens", "api"};
-constexpr std::string_view reference_model_keys[] = {"compat", "cost", "reasoning", "input",
-                                                     "headers"};
+constexpr std::string_view model_keys[] = {"id",  "name",      "contextWindow", "maxTokens",
+                                           "api", "reasoning", "input",         "cost"};
+constexpr std::string_view reference_model_keys[] = {"compat", "headers"};
 
 [[noreturn]] void fail(const std::string& file, const std::string& key, const std::string& expected,
                        const json::value& v) {
@@ -108,6 +108,35 @@ model_entry parse_model(const json::value& v, const std::string& file, const std
     if (auto n = positive_int(o, "contextWindow", file, path)) m.context_window = *n;
     if (auto n = positive_int(o, "maxTokens", file, path)) m.max_tokens = *n;
     m.api = api_field(o, file, path);
+    // reported by get_available_models in the reference's shape; checked like every known key
+    if (const auto* r = o.if_contains("reasoning")) {
+        if (!r->is_bool()) fail(file, path + ".reasoning", "true or false", *r);
+        m.reasoning = r->get_bool();
+    }
+    if (const auto* in = o.if_contains("input")) {
+        const auto bad = [&] {
+            fail(file, path + ".input", "an array of \"text\" and \"image\"", *in);
+        };
+        if (!in->is_array()) bad();
+        for (const auto& x : in->get_array()) {
+            if (!x.is_string() || (x.get_string() != "text" && x.get_string() != "image")) bad();
+            if (x.get_string() == "image") m.image_input = true;
+        }
+    }
+    if (const auto* c = o.if_contains("cost")) {
+        if (!c->is_object())
+            fail(file, path + ".cost", "an object of prices per million tokens", *c);
+        const std::pair<const char*, double*> fields[] = {{"input", &m.cost.input},
+                                                          {"output", &m.cost.output},
+                                                          {"cacheRead", &m.cost.cache_read},
+                                                          {"cacheWrite", &m.cost.cache_write}};
+        for (const auto& [name, out] : fields)
+            if (const auto* v = c->get_object().if_contains(name)) {
+                if (!v->is_number() || v->to_number<double>() < 0)
+                    fail(file, path + ".cost." + name, "a number >= 0", *v);
+                *out = v->to_number<double>();
+            }
+    }
     return m;
 }
 
@@ -271,8 +300,14 @@ model_info models_config::resolve(std::string_view provider, std::string_view mo
                                     " (it has: " + list_of(ids) + "; add it to models.json)");
     }
     const auto api = m->api ? *m->api : *p->api;
-    return model_info{p->name, m->id, std::string(http_protocol::to_string(api)), m->context_window,
-                      m->max_tokens};
+    model_info info{p->name, m->id, std::string(http_protocol::to_string(api)), m->context_window,
+                    m->max_tokens};
+    info.name = m->name;
+    info.base_url = p->base_url;
+    info.reasoning = m->reasoning;
+    info.image_input = m->image_input;
+    info.cost = m->cost;
+    return info;
 }
 
 std::string models_config::static_api_key(const provider_entry& p,

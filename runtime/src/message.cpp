@@ -312,9 +312,27 @@ message message_from_json(const json::value& v) {
 
 json::object to_json(const model_info& m) {
     json::object o;
-    o["provider"] = m.provider;
     o["id"] = m.id;
+    o["name"] = m.name.empty() ? m.id : m.name;
     o["api"] = m.api;
+    o["provider"] = m.provider;
+    o["baseUrl"] = m.base_url;
+    o["reasoning"] = m.reasoning;
+    json::array input{"text"};
+    if (m.image_input) input.emplace_back("image");
+    o["input"] = std::move(input);
+    // a whole price as an integer (`3`, not `3E0`), as the reference writes it
+    const auto price = [](double d) {
+        if (d == std::floor(d) && std::fabs(d) < 9.0e15)
+            return json::value(static_cast<std::int64_t>(d));
+        return json::value(d);
+    };
+    json::object cost;
+    cost["input"] = price(m.cost.input);
+    cost["output"] = price(m.cost.output);
+    cost["cacheRead"] = price(m.cost.cache_read);
+    cost["cacheWrite"] = price(m.cost.cache_write);
+    o["cost"] = std::move(cost);
     o["contextWindow"] = m.context_window;
     o["maxTokens"] = m.max_tokens;
     return o;

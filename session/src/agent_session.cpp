@@ -353,12 +353,22 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
     machine_.begin_prompt();
     abort_.reset();
     message_ptr pending = std::make_shared<message>(make_user_message(std::move(text)));
+    co_return co_await run_until_settled(std::move(pending), id);
+}
+
+asio::awaitable<prompt_result> agent_session::run_until_settled(message_ptr pending,
+                                                                std::uint64_t id) {
     bool overflow_recovered = false;
     bool retry_cancelled = false;
+    bool ran = false;
+    // false only for a hand-over after a manual compaction that finds nothing to run (abort() or
+    // a cancellation dropped its message): what was queued since still runs below
+    bool run = pending || !steer_queue_.empty();
     std::optional<prompt_result> own_result;  // abort() ended this prompt's run, then more ran
     for (;;) {
         message_ptr last;
-        {
+        if (run) {
+            ran = true;
             run_outcome out;
             co_await run_agent(std::move(pending), out);
             last = out.last_assistant;
@@ -410,9 +420,10 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
             abort_.reset();  // an abort of the retried stream is not the follow-up's
             overflow_recovered = false;
             retry_cancelled = false;
+            run = true;
             continue;
         }
-        last_result_ = result_of(last, retry_cancelled);
+        if (ran) last_result_ = result_of(last, retry_cancelled);
         break;
     }
     busy_ = false;
@@ -437,11 +448,27 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
     // a latch: the timer never fires; settle (or cancelling this prompt) cancels it
     asio::steady_timer latch(executor_, asio::steady_timer::time_point::max());
     bool cancelled = false;
+    bool run_now = false;  // a manual compaction ended: this prompt runs the queue and settles
     std::optional<prompt_result> own_result;  // abort() ended this follow-up's run, then more ran
-    waiters_.push_back({id, &latch, &cancelled, &own_result});
+    waiters_.push_back({id, &latch, &cancelled, &own_result, &run_now});
     boost::system::error_code ec;
     co_await latch.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     std::erase_if(waiters_, [&](const waiter& w) { return w.timer == &latch; });
+    if (run_now) {
+        // as after a prompt: the queued messages run (this one first), then agent_settled. Its
+        // own message may be gone meanwhile (abort() or a cancellation): the rest still runs.
+        running_id_ = id;
+        user_abort_ = false;
+        machine_.begin_prompt();
+        abort_.reset();
+        message_ptr mine;
+        if (!follow_up_queue_.empty() && follow_up_queue_.front().id == id) {
+            mine = std::move(follow_up_queue_.front().msg);
+            follow_up_queue_.erase(follow_up_queue_.begin());
+        }
+        prompt_result ran = co_await run_until_settled(std::move(mine), id);
+        if (!cancelled) co_return own_result ? std::move(*own_result) : std::move(ran);
+    }
     if (cancelled) {
         r.outcome = prompt_result::status::aborted;
         r.error = "Cancelled before it ran";
@@ -700,11 +727,36 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
     machine_.begin_prompt();
     r.ok =
         co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
-    busy_ = false;
     if (!r.ok)
         r.error =
             user_abort_ ? "Compaction aborted" : "Compaction failed or had nothing to compact";
+    settle_after_compaction();
     co_return r;
+}
+
+void agent_session::settle_after_compaction() {
+    // prompts queued during a manual compaction run after it exactly as after a prompt
+    // (docs/architecture.md "Compaction"): the first queued one takes over, stays busy, runs the
+    // queue and settles
+    const std::uint64_t next = !follow_up_queue_.empty() ? follow_up_queue_.front().id
+                               : !steer_queue_.empty()   ? steer_queue_.front().id
+                                                         : 0;
+    if (next != 0)
+        for (auto& w : waiters_)
+            if (w.id == next && !*w.cancelled) {
+                *w.run_now = true;
+                w.timer->cancel();
+                return;
+            }
+    busy_ = false;
+    // prompts queued during it whose messages abort() dropped: they settle now
+    bool settle = false;
+    for (auto& w : waiters_) {
+        settle = settle || !*w.cancelled;
+        w.timer->cancel();
+    }
+    waiters_.clear();
+    if (settle) emit(agent_settled_event{});
 }
 
 asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {

@@ -346,7 +346,7 @@ void check_object(const json::object& o, const std::string& prefix, const std::s
                 throw settings_error(label, path, "an object", compact(kv.value()));
             check_object(kv.value().get_object(), path, label, warnings);
         } else {
-            settings_warning w{label, std::move(path)};
+            settings_warning w{label, std::move(path), true};
             if (std::find(warnings.begin(), warnings.end(), w) == warnings.end())
                 warnings.push_back(std::move(w));
         }
@@ -435,6 +435,45 @@ settings_error::settings_error(std::string file_, std::string key_, std::string 
       expected(std::move(expected_)),
       found(std::move(found_)) {}
 
+namespace {
+// Optimal string alignment distance (insertions, deletions, substitutions, adjacent
+// transpositions), case-sensitive.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i)
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    return d[a.size()][b.size()];
+}
+
+// The schema key (or group) nearest to `key`, when it is at most 2 edits away (the first in
+// schema order on a tie).
+std::optional<std::string> near_miss(std::string_view key) {
+    if (key.size() > 256) return std::nullopt;  // a pasted blob is nobody's typo
+    std::optional<std::string> best;
+    std::size_t best_distance = 3;
+    const auto consider = [&](std::string_view candidate) {
+        const std::size_t d = edit_distance(key, candidate);
+        if (d > 0 && d < best_distance) {
+            best_distance = d;
+            best = std::string(candidate);
+        }
+    };
+    for (const auto& e : schema) {
+        consider(e.key);
+        if (const auto dot = e.key.find('.'); dot != std::string_view::npos)
+            consider(e.key.substr(0, dot));
+    }
+    return best;
+}
+}  // namespace
+
 std::string settings_warning::message() const {
     std::string m = file + ": unknown key \"" + key + "\" (kept, not used)";
     // A known key written flat ({"retry.enabled": false}): suggest the nested form.
@@ -442,6 +481,8 @@ std::string settings_warning::message() const {
         const auto dot = key.find('.');
         m += "; settings files nest groups: {\"" + key.substr(0, dot) + "\":{\"" +
              key.substr(dot + 1) + "\":...}}";
+    } else if (auto guess = settings_file ? near_miss(key) : std::nullopt) {
+        m += "; did you mean \"" + *guess + "\"?";
     }
     return m;
 }

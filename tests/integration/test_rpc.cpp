@@ -508,6 +508,55 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     CHECK(p.wait_exit() == 0);
 }
 
+TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles; EOF then exits",
+          "[rpc][process][issue-15]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
+    rpc_process p(env,
+                  fa({}, R"([{"text":"first"},{"text":"SUM","delayMs":300},{"text":"after"}])"));
+    p.next();
+    p.call("p1", "prompt", {{"message", "one"}});
+    p.next_of("agent_settled");
+    p.send(R"({"id":"k","type":"compact"})");
+    p.next_of("compaction_start");
+    CHECK(p.call("p2", "prompt", {{"message", "queued"}, {"streamingBehavior", "followUp"}})
+              .at("success") == true);
+    CHECK(p.call("st", "get_state").at("data").at("pendingMessageCount") == 1);
+    const auto from = p.position();
+    p.next_of("agent_settled");
+    CHECK(brief(p.since(from)) == strings{"compaction_end", "agent_start", "turn_start",
+                                          "message_start:user", "message_end:user",
+                                          "message_start:assistant", "message_end:assistant:stop",
+                                          "turn_end", "agent_end{final}", "agent_settled"});
+    auto st = p.call("st2", "get_state").at("data").as_object();
+    CHECK(st.at("pendingMessageCount") == 0);
+    CHECK(st.at("isStreaming") == false);
+    CHECK(p.call("l", "get_last_assistant_text").at("data").at("text") == "after");
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: stdin EOF during compact with a followUp queued: dropped, settled, exit 0",
+          "[rpc][process][issue-15]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
+    rpc_process p(env,
+                  fa({}, R"([{"text":"first"},{"text":"SUM","delayMs":60000},{"text":"after"}])"));
+    p.next();
+    p.call("p1", "prompt", {{"message", "one"}});
+    p.next_of("agent_settled");
+    p.send(R"({"id":"k","type":"compact"})");
+    p.next_of("compaction_start");
+    CHECK(p.call("p2", "prompt", {{"message", "queued"}, {"streamingBehavior", "followUp"}})
+              .at("success") == true);
+    const auto from = p.position();
+    const auto t0 = std::chrono::steady_clock::now();
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);  // did not wait out the 60 s summary
+    while (!p.at_eof()) p.next();
+    std::vector<json::object> rest = p.since(from);
+    CHECK(brief(rest) == strings{"compaction_end", "agent_settled"});
+}
+
 TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100,"maxRetries":2},"quietStartup":true})");
     rpc_process p(env, {"--no-session"});
@@ -576,6 +625,41 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
                            "global settings failed: "));
     CHECK(read_file(env.settings_file()) == "{not json");
     CHECK(p.call("s3", "get_state").at("data").at("autoRetryEnabled") == false);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: get_available_models gives the reference's model shape (issue 15)",
+          "[rpc][process][issue-15]") {
+    rpc_env env;
+    write_file(
+        env.dir.path / "models.json",
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions",)"
+        R"("apiKey":"any","models":[{"id":"m1","name":"Model One","contextWindow":32000,)"
+        R"("maxTokens":4096,"reasoning":true,"input":["text","image"],)"
+        R"("cost":{"input":3,"output":15,"cacheRead":0.3,"cacheWrite":3.75}},{"id":"m2"}]}}})");
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    auto all = p.call("am", "get_available_models").at("data").at("models").as_array();
+    REQUIRE(all.size() >= 3);  // + openai / anthropic when their keys are in the environment
+    json::array models{all[0]};
+    for (const auto& x : all)
+        if (x.at("provider") == "local") models.push_back(x);
+    REQUIRE(models.size() == 3);
+    CHECK(
+        models[0] ==
+        obj(R"({"id":"faux","name":"faux","api":"faux","provider":"faux","baseUrl":"","reasoning":false,"input":["text"],"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0},"contextWindow":128000,"maxTokens":8192})"));
+    CHECK(
+        models[1] ==
+        obj(R"({"id":"m1","name":"Model One","api":"openai-completions","provider":"local","baseUrl":"http://127.0.0.1:9/v1","reasoning":true,"input":["text","image"],"cost":{"input":3,"output":15,"cacheRead":0.3,"cacheWrite":3.75},"contextWindow":32000,"maxTokens":4096})"));
+    // without name, reasoning, input and cost: the reference's defaults (name = id)
+    CHECK(
+        models[2] ==
+        obj(R"({"id":"m2","name":"m2","api":"openai-completions","provider":"local","baseUrl":"http://127.0.0.1:9/v1","reasoning":false,"input":["text"],"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0},"contextWindow":128000,"maxTokens":16384})"));
+    // set_model and get_state answer with the same shape
+    auto m = p.call("m", "set_model", {{"provider", "local"}, {"modelId", "m1"}});
+    CHECK(m.at("data") == models[1]);
+    CHECK(p.call("s", "get_state").at("data").at("model") == models[1]);
     p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }

@@ -1,8 +1,9 @@
 // Deterministic chaos test of agent_session (issue 7): random schedules of provider outcomes
 // (retryable errors, context overflow, usage limits, stalls past the idle timeout, slow and
 // fast successes, tool calls) × random prompt (none / steer / followUp), abort, abort_retry,
-// set_auto_retry and per-prompt cancellation (terminal / partial / total, through the slot bound
-// to async_prompt) at random virtual times, on a manual clock. Everything derives from one
+// set_auto_retry, per-prompt cancellation (terminal / partial / total, through the slot bound
+// to async_prompt), compact, new_session, set_model and EOF (issue 15) at random virtual times,
+// on a manual clock. Everything derives from one
 // 64-bit seed, so a failing schedule is reproduced exactly by its seed:
 //
 //   COAGENT_CHAOS_SEED=1234 bin/coagent_chaos_tests      one seed, with its schedule and trace
@@ -26,6 +27,11 @@
 //    with a session file, the file loads back with exactly those messages in order);
 //  - is_retrying() / retry_attempt() agree with the events at every step, and are false / 0
 //    when the session settles.
+//  - every accepted message either runs or is reported dropped (its prompt completes aborted),
+//    every prompt settles, every compact() completes, and EOF (RPC mode's shutdown: abort_retry,
+//    abort, no more input) ends all work within 100 ms of virtual time; a manual compaction is a
+//    busy period too, settled when prompts were queued behind it;
+//  - a request goes to the model it names; every set_model leaves its model_change entry.
 
 #include "support/session_harness.hpp"
 
@@ -89,6 +95,29 @@ class fresh_abort_provider final : public provider {
     std::shared_ptr<provider> inner_;
 };
 
+/// `inner` under another model id (set_model in the schedules switches between two of them); a
+/// request that names another model than the provider it is sent to is counted.
+class model_alias final : public provider {
+  public:
+    model_alias(std::shared_ptr<provider> inner, std::string id, int& mismatched)
+        : inner_(std::move(inner)), id_(std::move(id)), mismatched_(mismatched) {}
+    model_info model() const override {
+        model_info m = inner_->model();
+        m.id = id_;
+        return m;
+    }
+    asio::awaitable<void> stream(const provider_request& req, message& out,
+                                 stream_observer& observer, abort_signal& abort) override {
+        if (req.model.id != id_) ++mismatched_;
+        co_await inner_->stream(req, out, observer, abort);
+    }
+
+  private:
+    std::shared_ptr<provider> inner_;
+    std::string id_;
+    int& mismatched_;
+};
+
 /// abort_retry() while a retried attempt streams aborts that attempt (docs/retry-policy.md, chain
 /// endings) and its auto_retry_end says "Retry cancelled", but prompt() then completes with status
 /// aborted and "Request was aborted" — where abort_retry() during the backoff gives failed / "Retry
@@ -121,7 +150,20 @@ constexpr bool known_bug_queued_after_abort = false;  // fixed: it runs before t
 // ---- the schedule: everything a seed decides -------------------------------------------------
 
 struct action {
-    enum class kind { prompt, abort, abort_retry, set_auto_retry, cancel };
+    // compact, new_session, set_model and eof as the RPC commands do them (issue 15): new_session
+    // only while idle (refused while busy), eof = RPC mode's shutdown (abort_retry(), abort(),
+    // no further input)
+    enum class kind {
+        prompt,
+        abort,
+        abort_retry,
+        set_auto_retry,
+        cancel,
+        compact,
+        new_session,
+        set_model,
+        eof
+    };
     std::int64_t at_ms = 0;
     kind type = kind::prompt;
     streaming_behavior behavior = streaming_behavior::none;
@@ -192,7 +234,9 @@ json::object random_step(std::mt19937_64& rng) {
     return s;
 }
 
-schedule make_schedule(std::uint64_t seed) {
+/// extended = false: the schedules as they were before compact / new_session / set_model / eof
+/// (issue 15), so a seed reported before replays its old schedule.
+schedule make_schedule(std::uint64_t seed, bool extended = true) {
     std::mt19937_64 rng(seed);
     schedule s;
     s.seed = seed;
@@ -247,8 +291,38 @@ schedule make_schedule(std::uint64_t seed) {
         }
         s.actions.push_back(a);
     }
+    if (extended) {
+        // a second generator: the draws above (and so the old part of a schedule) are unchanged
+        std::mt19937_64 more(seed ^ 0x9e3779b97f4a7c15ULL);
+        for (auto n = more() % 5; n > 0; --n) {
+            action a;
+            a.at_ms = static_cast<std::int64_t>(more() % 150);
+            static constexpr action::kind kinds[] = {action::kind::compact, action::kind::compact,
+                                                     action::kind::new_session,
+                                                     action::kind::set_model};
+            a.type = pick(more, kinds);
+            s.actions.push_back(a);
+        }
+        // a compaction with something queued behind it
+        if (more() % 3 == 0) {
+            const auto at = static_cast<std::int64_t>(more() % 150);
+            s.actions.push_back({at, action::kind::compact});
+            action q;
+            q.at_ms = at + static_cast<std::int64_t>(more() % 3);
+            q.behavior = more() % 2 ? streaming_behavior::follow_up : streaming_behavior::steer;
+            s.actions.push_back(q);
+        }
+        if (more() % 2 == 0)
+            s.actions.push_back({static_cast<std::int64_t>(more() % 200), action::kind::eof});
+    }
     std::stable_sort(s.actions.begin(), s.actions.end(),
                      [](const action& a, const action& b) { return a.at_ms < b.at_ms; });
+    // stdin is closed at eof: nothing comes after it
+    for (std::size_t i = 0; i < s.actions.size(); ++i)
+        if (s.actions[i].type == action::kind::eof) {
+            s.actions.resize(i + 1);
+            break;
+        }
     return s;
 }
 
@@ -280,6 +354,14 @@ std::string action_name(const action& a) {
                                                                                 : "total";
             return "cancel(" + std::to_string(a.target % 1000) + "," + t + ")";
         }
+        case action::kind::compact:
+            return "compact";
+        case action::kind::new_session:
+            return "new_session";
+        case action::kind::set_model:
+            return "set_model";
+        case action::kind::eof:
+            return "eof";
     }
     return "?";
 }
@@ -314,11 +396,20 @@ struct prompt_record {
     std::optional<prompt_result> result;
 };
 
-/// A busy period: from its first agent_start to its agent_settled.
+/// A busy period: from its first agent_start (or a manual compaction_start) to its
+/// agent_settled. A manual compaction with nothing queued behind it ends without one.
 struct period_record {
     std::size_t start = 0;               // event index of its first agent_start
     std::optional<std::size_t> settled;  // event index of its agent_settled
     std::optional<std::size_t> primary;  // the prompt whose user message came first
+    bool manual = false;                 // began with a manual compaction
+    bool ended_unsettled = false;        // manual, nothing was queued: ended with the compaction
+};
+
+struct compact_record {
+    std::size_t events_at_call = 0;
+    bool busy_at_call = false;
+    std::optional<compact_result> result;
 };
 
 struct stats {
@@ -344,6 +435,8 @@ class chaos_run {
     void sample();
     void perform(const action& a);
     void on_done(std::size_t index, std::exception_ptr e, prompt_result r);
+    void on_compact_done(std::size_t index, std::exception_ptr e, compact_result r);
+    void open_session();
 
     const schedule& s_;
     bool trace_;
@@ -353,6 +446,20 @@ class chaos_run {
     std::int64_t now_ms_ = 0;
 
     agent_session* session_ = nullptr;
+    // every session of the run (new_session replaces the current one; the old one stays alive,
+    // as RPC mode's tasks keep it); the subscription is destroyed before its session
+    struct session_slot {
+        std::unique_ptr<agent_session> session;
+        subscription sub;
+        std::vector<message_ptr> ended;  // its message_end messages, in order
+    };
+    std::vector<std::unique_ptr<session_slot>> sessions_;
+    session_options base_options_;
+    std::shared_ptr<provider> models_[2];  // the same faux script under two model ids
+    int model_ = 0;                        // the current one
+    std::vector<compact_record> compacts_;
+    int mismatched_ = 0;  // requests sent to another model than they name
+    std::optional<std::int64_t> eof_at_;
     std::vector<prompt_record> prompts_;
     std::deque<asio::cancellation_signal> signals_;  // one per prompt, bound to its async_prompt
     std::vector<period_record> periods_;
@@ -417,6 +524,14 @@ void chaos_run::on_event(const event& e) {
         in_period_ = true;
         periods_.push_back({event_types_.size() - 1, std::nullopt, std::nullopt});
     }
+    if (const auto* cs = std::get_if<compaction_start_event>(&e);
+        cs && cs->reason == "manual" && !in_period_) {
+        in_period_ = true;
+        period_record r;
+        r.start = event_types_.size() - 1;
+        r.manual = true;
+        periods_.push_back(r);
+    }
     if (const auto* m = std::get_if<message_end_event>(&e);
         m && m->message->role == message_role::user) {
         const std::string text = text_of(*m->message);
@@ -443,6 +558,7 @@ void chaos_run::on_event(const event& e) {
             found = it->msg == m->message;
         if (!found) violation("message_end of a message that is not in the history: " + b);
         ended_.push_back(m->message);
+        sessions_.back()->ended.push_back(m->message);
     } else if (const auto* a = std::get_if<agent_end_event>(&e)) {
         if (--agent_depth_ != 0) violation("agent_end without agent_start");
         expect_start_ = a->will_retry;
@@ -598,8 +714,84 @@ void chaos_run::perform(const action& a) {
         case action::kind::set_auto_retry:
             session_->set_auto_retry_enabled(a.enabled);
             break;
+        case action::kind::compact: {
+            const std::size_t index = compacts_.size();
+            compacts_.push_back({event_types_.size(), session_->is_busy(), std::nullopt});
+            asio::co_spawn(session_->get_executor(), session_->compact(),
+                           [this, index](std::exception_ptr e, compact_result r) {
+                               on_compact_done(index, std::move(e), std::move(r));
+                           });
+            break;
+        }
+        case action::kind::new_session:
+            // as RPC mode: refused while busy; the new session keeps the model
+            if (!session_->is_busy()) open_session();
+            break;
+        case action::kind::set_model: {
+            model_ = 1 - model_;
+            session_->set_model(models_[model_]);
+            const auto& entries = session_->history().entries();
+            if (entries.empty() || entries.back().type != "model_change" ||
+                entries.back().raw.at("modelId") != json::value(models_[model_]->model().id))
+                violation("set_model did not append its model_change entry");
+            break;
+        }
+        case action::kind::eof:
+            // RPC mode's shutdown at stdin EOF: cancel the retry, abort, no more input
+            eof_at_ = now_ms_;
+            ++aborts_called_;
+            ++abort_retries_called_;
+            if (session_->is_busy()) aborted_in_period_ = true;
+            if (session_->is_compacting()) ++abort_retries_in_compaction_;
+            session_->abort_retry();
+            session_->abort();
+            break;
     }
     run_ready();
+}
+
+void chaos_run::on_compact_done(std::size_t index, std::exception_ptr e, compact_result r) {
+    auto& c = compacts_[index];
+    if (c.result) violation("compact #" + std::to_string(index) + " completed twice");
+    if (e) violation("compact #" + std::to_string(index) + " threw");
+    if (c.busy_at_call) {
+        if (r.ok || event_types_.size() != c.events_at_call)
+            violation("compact while busy was not refused at once");
+    } else if (!periods_.empty() && periods_.back().manual && in_period_ &&
+               !periods_.back().primary && !session_->is_busy()) {
+        // nothing was queued behind it: the period ends with the compaction, without a settle
+        periods_.back().ended_unsettled = true;
+        in_period_ = false;
+        aborted_in_period_ = false;
+    }
+    if (trace_)
+        log_ += "    @" + std::to_string(now_ms_) + " compact #" + std::to_string(index) +
+                " completed: " + (r.ok ? "ok" : r.error) + "\n";
+    c.result = std::move(r);
+}
+
+/// A session with the run's options and tools on the current model (the first one, and each
+/// new_session).
+void chaos_run::open_session() {
+    session_options so = base_options_;
+    so.model_provider = models_[model_];
+    auto slot = std::make_unique<session_slot>();
+    slot->session = std::make_unique<agent_session>(std::move(so));
+    auto& session = *slot->session;
+    session.register_tool(tool_definition{"echo", "echoes its arguments", {}},
+                          [](json::object args) -> asio::awaitable<tool_output> {
+                              co_return tool_output{json::serialize(args), false};
+                          });
+    session.register_tool(tool_definition{"slow", "answers after 4 ms", {}},
+                          [](json::object) -> asio::awaitable<tool_output> {
+                              manual_timer t(co_await asio::this_coro::executor);
+                              t.expires_after(std::chrono::milliseconds(4));
+                              co_await t.async_wait(asio::use_awaitable);
+                              co_return tool_output{"slow done", false};
+                          });
+    slot->sub = session.subscribe([this](const event& e) { on_event(e); });
+    session_ = &session;
+    sessions_.push_back(std::move(slot));
 }
 
 std::vector<std::string> chaos_run::run(stats& st) {
@@ -611,6 +803,7 @@ std::vector<std::string> chaos_run::run(stats& st) {
         fs::remove_all(*dir);
     }
     std::shared_ptr<faux_provider> faux;
+    std::vector<std::pair<fs::path, std::vector<message_ptr>>> files;  // of the sessions
     {
         asio::io_context io;
         faux_options fo;
@@ -619,43 +812,38 @@ std::vector<std::string> chaos_run::run(stats& st) {
         fo.stream_idle_timeout_ms = s_.cfg.provider.stream_idle_timeout_ms;
         fo.context_window = s_.context_window;
         faux = std::make_shared<faux_provider>(std::move(fo));
-        session_options so;
-        so.executor = io.get_executor();
-        so.model_provider =
+        const auto inner =
             guard_abort_ ? std::shared_ptr<provider>(std::make_shared<fresh_abort_provider>(faux))
                          : std::shared_ptr<provider>(faux);
-        so.config = s_.cfg;
-        so.clock = clock_kind::manual;
-        so.now_ms = [] { return std::int64_t{1'700'000'000'000}; };
-        if (dir) so.session_dir = *dir;
-        agent_session session(std::move(so));
-        session_ = &session;
-        session.register_tool(tool_definition{"echo", "echoes its arguments", {}},
-                              [](json::object args) -> asio::awaitable<tool_output> {
-                                  co_return tool_output{json::serialize(args), false};
-                              });
-        session.register_tool(tool_definition{"slow", "answers after 4 ms", {}},
-                              [](json::object) -> asio::awaitable<tool_output> {
-                                  manual_timer t(co_await asio::this_coro::executor);
-                                  t.expires_after(std::chrono::milliseconds(4));
-                                  co_await t.async_wait(asio::use_awaitable);
-                                  co_return tool_output{"slow done", false};
-                              });
-        auto sub = session.subscribe([this](const event& e) { on_event(e); });
+        models_[0] = std::make_shared<model_alias>(inner, "faux", mismatched_);
+        models_[1] = std::make_shared<model_alias>(inner, "faux-b", mismatched_);
+        base_options_.executor = io.get_executor();
+        base_options_.config = s_.cfg;
+        base_options_.clock = clock_kind::manual;
+        base_options_.now_ms = [] { return std::int64_t{1'700'000'000'000}; };
+        if (dir) base_options_.session_dir = *dir;
+        open_session();
 
         constexpr std::int64_t cap_ms = 600'000;  // virtual: far beyond any schedule
         std::size_t next = 0;
         auto all_done = [&] {
             for (const auto& p : prompts_)
                 if (!p.result) return false;
+            for (const auto& c : compacts_)
+                if (!c.result) return false;
             return true;
         };
         for (now_ms_ = 0;; ++now_ms_) {
             while (next < s_.actions.size() && s_.actions[next].at_ms <= now_ms_)
                 perform(s_.actions[next++]);
-            if (next == s_.actions.size() && all_done() && !session.is_busy()) break;
+            if (next == s_.actions.size() && all_done() && !session_->is_busy()) break;
             if (now_ms_ >= cap_ms) {
                 violation("hang: a prompt never completed");
+                break;
+            }
+            // EOF ends the process: what runs is aborted, nothing waits for more input
+            if (eof_at_ && now_ms_ - *eof_at_ > 100) {
+                violation("EOF did not end the work within 100 ms: a prompt or compaction hangs");
                 break;
             }
             manual_clock::advance(std::chrono::milliseconds(1));
@@ -734,16 +922,34 @@ std::vector<std::string> chaos_run::run(stats& st) {
                     violation(who + " never ran, although nothing aborted or cancelled");
             }
         }
-        if (static_cast<std::size_t>(settled_) != periods_.size() - (in_period_ ? 1 : 0))
-            violation(std::to_string(settled_) + " agent_settled for " +
-                      std::to_string(periods_.size()) + " busy periods");
-        for (std::size_t k = 0; k < periods_.size(); ++k)
-            if (!periods_[k].primary)
+        // a manual compaction's period has a prompt's message only when one was queued behind it
+        // and ran; it settles when anything was queued behind it, else it ends unsettled
+        std::size_t settled_periods = 0, with_primary = 0;
+        for (std::size_t k = 0; k < periods_.size(); ++k) {
+            const auto& period = periods_[k];
+            settled_periods += period.settled.has_value();
+            with_primary += period.primary.has_value();
+            if (!period.primary && !period.manual)
                 violation("busy period " + std::to_string(k) +
                           " started without a prompt's message");
-        if (primaries != periods_.size())
+            if (period.primary && period.ended_unsettled)
+                violation("busy period " + std::to_string(k) + " ran a prompt but never settled");
+            if (!period.settled && !period.ended_unsettled &&
+                !(in_period_ && k + 1 == periods_.size()))
+                violation("busy period " + std::to_string(k) + " never ended");
+        }
+        if (static_cast<std::size_t>(settled_) != settled_periods)
+            violation(std::to_string(settled_) + " agent_settled for " +
+                      std::to_string(settled_periods) + " settled busy periods");
+        if (primaries != with_primary)
             violation(std::to_string(primaries) + " prompts started " +
-                      std::to_string(periods_.size()) + " busy periods");
+                      std::to_string(with_primary) + " busy periods");
+        for (std::size_t i = 0; i < compacts_.size(); ++i)
+            if (!compacts_[i].result)
+                violation("compact #" + std::to_string(i) + " never completed");
+        if (mismatched_ > 0)
+            violation(std::to_string(mismatched_) +
+                      " requests were sent to a provider other than the model they name");
         if (chain_open_) violation("a retry chain never ended");
 
         for (std::size_t i = 0; const auto& r : faux->requests()) {
@@ -754,12 +960,14 @@ std::vector<std::string> chaos_run::run(stats& st) {
                     violation("request " + std::to_string(i) + " carries an " + m.stop_reason +
                               " assistant message");
         }
-        // the history holds every message whose message_end was published
-        for (const auto& m : ended_) {
-            bool found = false;
-            for (const auto& e : session.history().entries()) found = found || e.msg == m;
-            if (!found) violation("a published message is missing from the history");
-        }
+        // each session's history holds every message whose message_end it published
+        for (const auto& slot : sessions_)
+            for (const auto& m : slot->ended) {
+                bool found = false;
+                for (const auto& e : slot->session->history().entries())
+                    found = found || e.msg == m;
+                if (!found) violation("a published message is missing from the history");
+            }
         st.prompts += prompts_.size();
         st.requests += faux->request_count();
         st.events += event_types_.size();
@@ -768,24 +976,29 @@ std::vector<std::string> chaos_run::run(stats& st) {
         for (const auto& a : s_.actions)
             st.aborts += a.type == action::kind::abort || a.type == action::kind::abort_retry ||
                          a.type == action::kind::cancel;
+        for (const auto& slot : sessions_)
+            if (slot->session->history().file())
+                files.emplace_back(*slot->session->history().file(), slot->ended);
         session_ = nullptr;
+        sessions_.clear();  // before the io_context they run on
     }
     if (dir) {
-        // the session file loads back with exactly the published messages, in order
-        std::vector<fs::path> files;
-        for (const auto& f : fs::directory_iterator(*dir)) files.push_back(f.path());
-        if (files.size() != 1) {
-            violation("expected one session file, found " + std::to_string(files.size()));
-        } else {
+        // each session file loads back with exactly the messages its session published, in order
+        std::size_t found_files = 0;
+        for ([[maybe_unused]] const auto& f : fs::directory_iterator(*dir)) ++found_files;
+        if (found_files != files.size())
+            violation("expected " + std::to_string(files.size()) + " session files, found " +
+                      std::to_string(found_files));
+        for (const auto& [file, ended] : files) {
             try {
-                auto loaded = session_history::load(files[0]);
+                auto loaded = session_history::load(file);
                 const auto msgs = loaded.history.messages();
-                if (msgs.size() != ended_.size())
+                if (msgs.size() != ended.size())
                     violation("the session file has " + std::to_string(msgs.size()) +
-                              " messages, " + std::to_string(ended_.size()) + " were published");
-                for (std::size_t i = 0; i < std::min(msgs.size(), ended_.size()); ++i)
-                    if (msgs[i]->role != ended_[i]->role || msgs[i]->stop != ended_[i]->stop ||
-                        text_of(*msgs[i]) != text_of(*ended_[i])) {
+                              " messages, " + std::to_string(ended.size()) + " were published");
+                for (std::size_t i = 0; i < std::min(msgs.size(), ended.size()); ++i)
+                    if (msgs[i]->role != ended[i]->role || msgs[i]->stop != ended[i]->stop ||
+                        text_of(*msgs[i]) != text_of(*ended[i])) {
                         violation("session file message " + std::to_string(i) +
                                   " differs from the published one");
                         break;
@@ -828,10 +1041,11 @@ seed_range seeds_from_env() {
 /// Runs one seed; on a violation prints the seed, how to reproduce it, the schedule and
 /// (with trace) the events. Returns the violations.
 std::vector<std::string> run_seed(std::uint64_t seed, bool trace, stats& st,
-                                  bool guard_abort = known_bug_stale_abort_slot) {
+                                  bool guard_abort = known_bug_stale_abort_slot,
+                                  bool extended = true) {
     if (const char* raw = std::getenv("COAGENT_CHAOS_RAW_FAUX"); raw && *raw == '1')
         guard_abort = false;
-    const schedule s = make_schedule(seed);
+    const schedule s = make_schedule(seed, extended);
     chaos_run r(s, trace, guard_abort);
     auto v = r.run(st);
     if (!v.empty() || trace) {
@@ -1083,6 +1297,6 @@ TEST_CASE(
 TEST_CASE("chaos regression: seed 110, abort() after a faux delay completed (was a use-after-free)",
           "[chaos][regression]") {
     stats st;
-    CHECK(run_seed(110, false, st, /*guard_abort=*/false)
+    CHECK(run_seed(110, false, st, /*guard_abort=*/false, /*extended=*/false)
               .empty());  // prints the trace only on failure
 }

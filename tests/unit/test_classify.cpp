@@ -84,6 +84,7 @@ struct jsonl_case final : Catch::ITestInvoker {
         const auto c = text(message, status);
         INFO("rule: " << c.rule);
         CHECK(c.kind == *expect);
+        if (const auto* rule = v.if_contains("rule")) CHECK(c.rule == rule->as_string());
         CHECK(c.status == status);
         if (*expect == error_kind::none) {
             CHECK(c.rule == "none");
@@ -357,6 +358,54 @@ TEST_CASE("non-overflow exclusions", "[classify][overflow]") {
     CHECK(text("400 status code (no body)").rule ==
           R"(overflow/^4(?:00|13)\s*(?:status code)?\s*\(no body\))");
     CHECK(text("error 400 status code (no body)").kind == error_kind::none);
+}
+
+TEST_CASE("exclusions are tried without a leading HTTP status (issue 15)",
+          "[classify][overflow][issue-15]") {
+    // an HTTP error's text starts with its status: the anchored exclusion still applies
+    auto c = text("429 Throttling error: Too many tokens, please wait before trying again.");
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "retryable/429");
+    c = text("503 Service unavailable: too many tokens in flight");
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "retryable/503");
+    c = text("503 Service unavailable: too many tokens in flight", 503);
+    CHECK(c.rule == "status/503");
+    // the same text without a status is excluded as before (no retryable pattern: none)
+    CHECK(text("400 Throttling error: Too many tokens").kind == error_kind::none);
+    // only a status (three digits, then blanks) is removed, and only one
+    CHECK(text("4290 Throttling error: too many tokens").kind == error_kind::context_overflow);
+    CHECK(text("400Throttling error: too many tokens").kind == error_kind::context_overflow);
+    CHECK(text("400 400 Throttling error: too many tokens").kind == error_kind::context_overflow);
+    // an overflow with a status but no exclusion is still an overflow
+    CHECK(text("400 prompt is too long: 213462 tokens > 200000 maximum", 400).kind ==
+          error_kind::context_overflow);
+}
+
+TEST_CASE("an overflow pattern never wins when the status is 429 (issue 15)",
+          "[classify][overflow][issue-15]") {
+    // from the status the provider gave
+    auto c = text("429 Throttling error: Too many tokens, please wait before trying again.", 429);
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "status/429");
+    c = text("ThrottlingException: Too many tokens, please wait before trying again.", 429);
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "status/429");
+    c = text("Too many tokens", 429);
+    CHECK(c.rule == "status/429");
+    // from a leading "429 " in the text, without a status: the retryable rule that matched
+    c = text("429 Too many tokens for this minute");
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "retryable/429");
+    c = text("429 prompt is too long");
+    CHECK(c.kind == error_kind::retryable);
+    CHECK(c.rule == "retryable/429");
+    // a usage limit in a 429 stays a usage limit
+    CHECK(text("429 too many tokens: usage limit reached", 429).kind == error_kind::usage_limit);
+    // other statuses do not skip the overflow check
+    CHECK(text("Too many tokens", 400).kind == error_kind::context_overflow);
+    CHECK(text("Too many tokens", 503).kind == error_kind::context_overflow);
+    CHECK(text("4295 too many tokens").kind == error_kind::context_overflow);
 }
 
 TEST_CASE("rule strings name the table and the entry", "[classify][rule]") {

@@ -288,6 +288,92 @@ TEST_CASE("manual compaction: only while idle, with custom instructions", "[comp
     REQUIRE(h.session->messages().size() == 1);
 }
 
+namespace {
+std::optional<compact_result>& start_compact(harness& h, std::optional<compact_result>& r) {
+    asio::co_spawn(h.io, h.session->compact(), [&r](std::exception_ptr e, compact_result x) {
+        if (e) std::rethrow_exception(e);
+        r = x;
+    });
+    h.run_ready();
+    return r;
+}
+}  // namespace
+
+TEST_CASE("manual compaction: a followUp and a steer queued during it run after it, then settle",
+          "[compaction][manual][issue-15]") {
+    harness h(
+        R"([{"text":"first answer"},{"text":"SUM","delayMs":100},{"text":"after the compaction"}])",
+        keep(0));
+    h.prompt("first question");
+    REQUIRE(h.done());
+    std::optional<compact_result> r;
+    start_compact(h, r);
+    REQUIRE(h.session->is_compacting());
+    std::optional<prompt_result> follow, steered;
+    h.prompt_into("queued follow-up", streaming_behavior::follow_up, follow);
+    h.prompt_into("queued steer", streaming_behavior::steer, steered);
+    CHECK(h.session->pending_message_count() == 2);
+    const auto before = h.events.size();
+    h.advance(std::chrono::milliseconds(100));
+    REQUIRE(r);
+    CHECK(r->ok);
+    REQUIRE(follow);
+    REQUIRE(steered);
+    CHECK(follow->outcome == prompt_result::status::succeeded);
+    CHECK(steered->outcome == prompt_result::status::succeeded);
+    REQUIRE(follow->last_assistant);
+    CHECK(text_of(*follow->last_assistant) == "after the compaction");
+    CHECK(h.session->pending_message_count() == 0);
+    CHECK_FALSE(h.session->is_busy());
+    // exactly as after a prompt: the queued messages run in one run, then agent_settled
+    const auto b = brief(std::vector<json::object>(h.events.begin() + before, h.events.end()));
+    CHECK(b == strings{"compaction_end", "agent_start", "turn_start", "message_start:user",
+                       "message_end:user", "message_start:user", "message_end:user",
+                       "message_start:assistant", "message_end:assistant:stop", "turn_end",
+                       "agent_end{final}", "agent_settled"});
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 3);
+    CHECK(texts(reqs[2]) == strings{"user:The conversation so far, summarized:\nSUM",
+                                    "user:queued follow-up", "user:queued steer"});
+}
+
+TEST_CASE("manual compaction: abort() drops the prompts queued during it, and they settle",
+          "[compaction][manual][issue-15]") {
+    harness h(R"([{"text":"first answer"},{"text":"SUM","delayMs":100},{"text":"spare"}])",
+              keep(0));
+    h.prompt("first question");
+    REQUIRE(h.done());
+    std::optional<compact_result> r;
+    start_compact(h, r);
+    std::optional<prompt_result> follow;
+    h.prompt_into("queued follow-up", streaming_behavior::follow_up, follow);
+    const auto before = h.events.size();
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(r);
+    CHECK_FALSE(r->ok);
+    REQUIRE(follow);
+    CHECK(follow->outcome == prompt_result::status::aborted);
+    CHECK(follow->error == "Aborted before it ran");
+    CHECK(h.session->pending_message_count() == 0);
+    CHECK_FALSE(h.session->is_busy());
+    const auto b = brief(std::vector<json::object>(h.events.begin() + before, h.events.end()));
+    CHECK(b == strings{"compaction_end", "agent_settled"});
+    CHECK(h.requests().size() == 2);
+}
+
+TEST_CASE("manual compaction with nothing queued emits no agent_settled",
+          "[compaction][manual][issue-15]") {
+    harness h(R"([{"text":"first answer"},{"text":"SUM"}])", keep(0));
+    h.prompt("first question");
+    std::optional<compact_result> r;
+    const auto before = h.events.size();
+    start_compact(h, r);
+    REQUIRE(r);
+    const auto b = brief(std::vector<json::object>(h.events.begin() + before, h.events.end()));
+    CHECK(b == strings{"compaction_start", "compaction_end"});
+}
+
 TEST_CASE("resume after a restart reproduces the same context; errored entries stay in the file",
           "[compaction][resume]") {
     temp_dir dir;

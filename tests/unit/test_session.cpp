@@ -37,6 +37,79 @@ strings roles(const faux_request& r) {
 
 }  // namespace
 
+TEST_CASE("retry.maxDelayMs caps our backoff: exact delays and request times (issue 15)",
+          "[session][spec-11][issue-15]") {
+    settings cfg;
+    cfg.retry.max_delay_ms = 3000;  // base 2000: 2000, then 4000 and 8000 capped at 3000
+    harness h(
+        R"([{"error":"503 Service Unavailable","status":503,"times":3},{"error":"503 Service Unavailable","status":503}])",
+        cfg);
+    h.prompt("hi");
+    for (std::int64_t wait : {2000, 3000, 3000}) {
+        const auto before = h.requests().size();
+        h.advance(std::chrono::milliseconds(wait - 1));
+        CHECK(h.requests().size() == before);
+        h.advance(1ms);
+        CHECK(h.requests().size() == before + 1);
+    }
+    REQUIRE(h.done());
+    std::vector<std::int64_t> delays;
+    for (const auto& e : h.of("auto_retry_start")) delays.push_back(e.at("delayMs").as_int64());
+    CHECK(delays == std::vector<std::int64_t>{2000, 3000, 3000});
+    // a capped backoff never ends the chain: it runs to its end, retries exhausted
+    CHECK(
+        h.of("auto_retry_end").back() ==
+        obj(R"({"type":"auto_retry_end","success":false,"attempt":3,"finalError":"503 Service Unavailable"})"));
+}
+
+TEST_CASE(
+    "retry.maxDelayMs: an honoured server wait above it ends the chain at once with the exact "
+    "finalError (issue 15)",
+    "[session][spec-11][issue-15]") {
+    settings cfg;
+    cfg.retry.max_delay_ms = 3000;
+    cfg.retry.honor_retry_after = true;
+    SECTION("the first error asks for 5 s: no retry, attempt 0") {
+        harness h(
+            R"([{"error":"429 Too Many Requests retry-after-ms=5000","status":429},{"text":"never"}])",
+            cfg);
+        h.prompt("hi");
+        REQUIRE(h.done());
+        CHECK(h.requests().size() == 1);
+        CHECK(h.of("auto_retry_start").empty());
+        CHECK(
+            h.of("auto_retry_end") ==
+            std::vector<json::object>{obj(
+                R"j({"type":"auto_retry_end","success":false,"attempt":0,"finalError":"429 Too Many Requests retry-after-ms=5000 (server asked to wait 5s, above retry.maxDelayMs)"})j")});
+        CHECK(h.result->outcome == prompt_result::status::failed);
+    }
+    SECTION("after one retry of 2 s, a wait of 3001 ms ends the chain with attempt 1") {
+        harness h(
+            R"([{"error":"503 Service Unavailable","status":503},{"error":"429 Too Many Requests retry-after-ms=3001","status":429},{"text":"never"}])",
+            cfg);
+        h.prompt("hi");
+        h.advance(2000ms);
+        REQUIRE(h.done());
+        CHECK(h.requests().size() == 2);
+        CHECK(
+            h.of("auto_retry_end") ==
+            std::vector<json::object>{obj(
+                R"j({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"429 Too Many Requests retry-after-ms=3001 (server asked to wait 4s, above retry.maxDelayMs)"})j")});
+    }
+    SECTION("a server wait at the cap or below is honoured as a floor") {
+        harness h(
+            R"([{"error":"429 Too Many Requests retry-after-ms=3000","status":429},{"text":"ok"}])",
+            cfg);
+        h.prompt("hi");
+        CHECK(h.of("auto_retry_start").at(0).at("delayMs") == 3000);
+        h.advance(2999ms);
+        CHECK(h.requests().size() == 1);
+        h.advance(1ms);
+        REQUIRE(h.done());
+        CHECK(h.result->outcome == prompt_result::status::succeeded);
+    }
+}
+
 TEST_CASE("two errors then success: exact events, delays, requests and prompt completion",
           "[session][spec-3][spec-4][spec-7]") {
     harness h(two_errors_then_ok);

@@ -1,5 +1,7 @@
 // settings_store: schema defaults, layering, validation messages, unknown keys, persist_global.
 
+#include <coagent/providers/models_config.hpp>
+#include <coagent/session/history.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <catch2/catch.hpp>
@@ -9,7 +11,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <coagent/providers/models_config.hpp>
+#include <coagent/session/history.hpp>
 #include <cstdlib>
+
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -700,4 +705,98 @@ TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
     store = settings_store::load(d.global(), d.project());
     store.persist_global("retry.jitter", json::value("full"));
     CHECK(json::parse(read_text(d.global())).at("retry").at("jitter") == "full");
+}
+
+TEST_CASE("docs: every page says the same about retry.maxDelayMs (issue 15)", "[settings][docs]") {
+    // the program caps our backoff at it and ends the chain on an honoured server wait above it;
+    // a page that says "a longer computed wait ends the chain" contradicts it
+    for (const char* page : {"docs/guide.md", "docs/settings.md", "docs/providers.md",
+                             "docs/architecture.md", "docs/retry-policy.md", "README.md"}) {
+        std::ifstream in(std::string(COAGENT_SOURCE_DIR) + "/" + page);
+        REQUIRE(in);
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.find("maxDelayMs") == std::string::npos) continue;
+            INFO(page << ": " << line);
+            CHECK(line.find("computed wait ends") == std::string::npos);
+            if (line.find("| `retry.maxDelayMs`") == 0) {  // a table row: both halves
+                CHECK(line.find("capped") != std::string::npos);
+                CHECK(line.find("ends the chain") != std::string::npos);
+            }
+        }
+    }
+}
+
+TEST_CASE("an unknown settings key near a known one gets a \"did you mean\" (issue 15)",
+          "[settings][issue-15]") {
+    const auto msg = [](std::string key) {
+        return settings_warning{"s.json", key, true}.message();
+    };
+    CHECK(
+        msg("retry.maxRetrie") ==
+        R"(s.json: unknown key "retry.maxRetrie" (kept, not used); did you mean "retry.maxRetries"?)");
+    CHECK(
+        msg("retry.maxRetires") ==  // a transposition: distance 2
+        R"(s.json: unknown key "retry.maxRetires" (kept, not used); did you mean "retry.maxRetries"?)");
+    CHECK(
+        msg("retry.basedelayms") ==  // case differences count as edits (2 here)
+        R"(s.json: unknown key "retry.basedelayms" (kept, not used); did you mean "retry.baseDelayMs"?)");
+    CHECK(msg("retyr") ==  // a group name
+          R"(s.json: unknown key "retyr" (kept, not used); did you mean "retry"?)");
+    CHECK(
+        msg("compaction.enabel") ==
+        R"(s.json: unknown key "compaction.enabel" (kept, not used); did you mean "compaction.enabled"?)");
+    // distance 3 or more: no guess
+    CHECK(msg("retry.maxTries") == R"(s.json: unknown key "retry.maxTries" (kept, not used))");
+    CHECK(msg("quietStartup") == R"(s.json: unknown key "quietStartup" (kept, not used))");
+    // models.json / auth.json keys are not guessed from the settings schema
+    CHECK(settings_warning{"models.json", "providers2"}.message() ==
+          R"(models.json: unknown key "providers2" (kept, not used))");
+    // through a settings file
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coagent-dym-" + coagent::random_hex_id(8));
+    std::filesystem::create_directories(dir);
+    { std::ofstream(dir / "settings.json") << R"({"retry":{"maxRetrie":5}})"; }
+    auto store = settings_store::load(dir / "settings.json", dir / "none.json");
+    REQUIRE(store.warnings().size() == 1);
+    CHECK(
+        store.warnings()[0].message() ==
+        (dir / "settings.json").string() +
+            R"(: unknown key "retry.maxRetrie" (kept, not used); did you mean "retry.maxRetries"?)");
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("models.json reasoning / input / cost are checked and kept (issue 15)",
+          "[settings][models][issue-15]") {
+    const auto error_of = [](std::string model) {
+        try {
+            coagent::models_config::parse(
+                R"({"providers":{"p":{"baseUrl":"http://h/v1","api":"openai-completions","models":[)" +
+                    model + "]}}}",
+                "models.json");
+        } catch (const coagent::settings_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(
+        error_of(R"({"id":"m","reasoning":"yes"})") ==
+        R"(models.json: key "providers.p.models[0].reasoning": expected true or false, found "yes")");
+    CHECK(
+        error_of(R"({"id":"m","input":["text","video"]})")
+            .find(
+                R"(key "providers.p.models[0].input": expected an array of "text" and "image", found)") !=
+        std::string::npos);
+    CHECK(
+        error_of(R"({"id":"m","cost":{"input":-1}})")
+            .find(R"(key "providers.p.models[0].cost.input": expected a number >= 0, found -1)") !=
+        std::string::npos);
+    const auto c = coagent::models_config::parse(
+        R"({"providers":{"p":{"baseUrl":"http://h/v1","api":"openai-completions","models":[{"id":"m","reasoning":true,"input":["image","text"],"cost":{"output":2.5}}]}}})",
+        "models.json");
+    const auto m = c.resolve("p", "m");
+    CHECK(m.reasoning);
+    CHECK(m.image_input);
+    CHECK(m.cost.output == 2.5);
+    CHECK(m.base_url == "http://h/v1");
 }

@@ -3,7 +3,9 @@
 // key splitter in front of libedit, and the bottom-region renderer checked on a small
 // terminal emulator. The real terminal is tested under tmux (tests/integration/tui/*.sh).
 
+#include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/wait_text.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -214,8 +216,14 @@ TEST_CASE("tui: the countdown shows ceil(seconds left) and wakes exactly when th
     CHECK(d.c.revision() == rev);  // nothing to redraw
     d.advance(600ms);
     CHECK(d.c.loader_text() == "Retrying (1/3) in 1s\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 2100ms);  // under a second: tenths
+    d.advance(100ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 0.9s\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 2200ms);
+    d.advance(899ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 0.1s\u2026 (esc to cancel)");
     CHECK(*d.c.next_wakeup() == t0 + 3000ms);
-    d.advance(1000ms);
+    d.advance(1ms);
     CHECK(d.c.loader_text() == "Retrying (1/3) in 0s\u2026 (esc to cancel)");
     CHECK_FALSE(d.c.next_wakeup());
 
@@ -237,6 +245,118 @@ TEST_CASE("tui: the countdown shows ceil(seconds left) and wakes exactly when th
         CHECK(e.c.loader_text() == "Retrying (1/3) in 0s\u2026 (esc to cancel)");
         CHECK_FALSE(e.c.next_wakeup());
     }
+}
+
+TEST_CASE("format_wait: the documented forms, rounded up, saturating (issue 15)", "[wait]") {
+    CHECK(format_wait(-5) == "0s");
+    CHECK(format_wait(0) == "0s");
+    CHECK(format_wait(1) == "0.1s");
+    CHECK(format_wait(100) == "0.1s");
+    CHECK(format_wait(101) == "0.2s");
+    CHECK(format_wait(300) == "0.3s");
+    CHECK(format_wait(900) == "0.9s");
+    CHECK(format_wait(901) == "1s");
+    CHECK(format_wait(1000) == "1s");
+    CHECK(format_wait(1001) == "2s");
+    CHECK(format_wait(2000) == "2s");
+    CHECK(format_wait(59'000) == "59s");
+    CHECK(format_wait(59'001) == "1m 0s");
+    CHECK(format_wait(60'000) == "1m 0s");
+    CHECK(format_wait(65'000) == "1m 5s");
+    CHECK(format_wait(64'001) == "1m 5s");
+    CHECK(format_wait(3'599'000) == "59m 59s");
+    CHECK(format_wait(3'599'001) == "1h 0m");
+    CHECK(format_wait(3'600'000) == "1h 0m");
+    CHECK(format_wait(7'380'000) == "2h 3m");
+    CHECK(format_wait(7'320'001) == "2h 3m");
+    CHECK(format_wait(86'340'000) == "23h 59m");
+    CHECK(format_wait(86'340'001) == "1d 0h");
+    CHECK(format_wait(273'600'000) == "3d 4h");
+    CHECK(format_wait(270'000'001) == "3d 4h");
+    // saturating: the largest waits still read as days, never wrap
+    CHECK(format_wait(99'999'999'999'999'999) == "1157407407d 10h");
+    CHECK(format_wait(std::numeric_limits<std::int64_t>::max()) == "106751991167d 8h");
+}
+
+TEST_CASE("every place that shows a wait uses format_wait (issue 15)", "[wait]") {
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.error_message = "429 slow down";
+    s.delay_ms = 99'999'999'999'999'999;
+    CHECK(retry_progress_line(s) == "Retrying (1/3) in 1157407407d 10h\u2026 \u2014 429 slow down");
+    s.delay_ms = 300;
+    CHECK(retry_progress_line(s) == "Retrying (1/3) in 0.3s\u2026 \u2014 429 slow down");
+    s.delay_ms = 2000;
+    CHECK(retry_progress_line(s) == "Retrying (1/3) in 2s\u2026 \u2014 429 slow down");
+
+    // the terminal loader: a huge wait neither overflows the deadline nor shows 0s
+    for (std::int64_t huge :
+         {std::int64_t{99'999'999'999'999'999}, std::numeric_limits<std::int64_t>::max()}) {
+        driver d;
+        d.start_prompt("x");
+        d.failed_attempt("429 slow down", true);
+        d.retry_start(1, 3, huge, "429 slow down");
+        CHECK(d.c.loader_text() ==
+              "Retrying (1/3) in " + format_wait(huge) + "\u2026 (esc to cancel)");
+        d.advance(1000ms);
+        CHECK(d.c.loader_text() ==
+              "Retrying (1/3) in " + format_wait(huge - 1000) + "\u2026 (esc to cancel)");
+    }
+    // longer waits count down in their own unit: minutes, then seconds
+    driver d;
+    d.start_prompt("x");
+    d.failed_attempt("429", true);
+    d.retry_start(1, 3, 3'660'000, "429");
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 1h 1m\u2026 (esc to cancel)");
+    REQUIRE(d.c.next_wakeup());
+    CHECK(*d.c.next_wakeup() == t0 + 60'000ms);  // at 1h 0m left
+    d.advance(60'000ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 1h 0m\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 61'000ms);  // "1h 0m" until 59m 59s are left
+    d.advance(999ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 1h 0m\u2026 (esc to cancel)");
+    d.advance(1ms);
+    CHECK(d.c.loader_text() == "Retrying (1/3) in 59m 59s\u2026 (esc to cancel)");
+    CHECK(*d.c.next_wakeup() == t0 + 62'000ms);
+}
+
+TEST_CASE(
+    "print mode's stderr lines are sanitised as the TUI does; an empty error names its status",
+    "[print][issue-15]") {
+    const std::string hostile =
+        "500 bad \x1b[31mred\x1b]0;title\x07 \x9b"
+        "2J end";
+    const std::string safe = tui::sanitize(hostile);
+    REQUIRE(safe.find('\x1b') == std::string::npos);
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.delay_ms = 2000;
+    s.error_message = hostile;
+    CHECK(retry_progress_line(s) == "Retrying (1/3) in 2s\u2026 \u2014 " + safe);
+    auto_retry_end_event e;
+    e.attempt = 3;
+    e.final_error = hostile;
+    CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: " + safe);
+
+    prompt_result r;
+    r.outcome = prompt_result::status::failed;
+    r.error = hostile;
+    CHECK(print_error_line(r) == "Error: " + safe);
+    // an error without text: its status, in the form of an HTTP error without a body
+    auto m = std::make_shared<message>();
+    m->role = message_role::assistant;
+    m->stop = stop_reason::error;
+    m->error_message = "";
+    m->error_status = 503;
+    r.error = "";
+    r.last_assistant = m;
+    CHECK(print_error_line(r) == "Error: 503 status code (no body)");
+    m->error_status.reset();
+    CHECK(print_error_line(r) == "Error: Unknown error (the provider gave no text and no status)");
+    e.final_error = "";
+    CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: Unknown error");
 }
 
 TEST_CASE(

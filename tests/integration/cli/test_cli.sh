@@ -26,8 +26,8 @@ two_errors='[{"error":"503 Service Unavailable: upstream overloaded","status":50
 "$COAGENT" -p hi --no-session --faux-script "$two_errors" >out.txt 2>err.txt; rc=$?
 check "print exit 0" [ $rc = 0 ]
 check "print reply on stdout" equals out.txt "Hello there"
-check "retry line 1" contains err.txt "Retrying (1/3) in 1s… — 503 Service Unavailable: upstream overloaded"
-check "retry line 2" contains err.txt "Retrying (2/3) in 1s… — 503 Service Unavailable: upstream overloaded"
+check "retry line 1" contains err.txt "Retrying (1/3) in 0.1s… — 503 Service Unavailable: upstream overloaded"
+check "retry line 2" contains err.txt "Retrying (2/3) in 0.1s… — 503 Service Unavailable: upstream overloaded"
 check "no failure line" bash -c "! grep -q 'Retry failed' err.txt"
 
 # exhausted: failure line, exit 1
@@ -139,11 +139,52 @@ check "non-UTF-8 cwd: --continue sends the history" contains "$work/log3.jsonl" 
 "$COAGENT" -p hi --no-session >out.txt 2>&1
 check "default reply" equals out.txt "Hello from the faux provider."
 
+# issue 15: provider error text is sanitised on stderr; an empty one shows its status
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"400 bad \u001b[31mred\u001b]0;title\u0007 x","status":400}]' >out.txt 2>err.txt; rc=$?
+check "hostile error exit 1" [ $rc = 1 ]
+check "hostile error has no ESC" bash -c "! grep -q $'\x1b' err.txt"
+check "hostile error has no BEL" bash -c "! grep -q $'\x07' err.txt"
+check "hostile error shown" contains err.txt "Error: 400 bad �[31mred�]0;title� x"
+"$COAGENT" -p hi --no-session --faux-script '[{"error":"","status":503}]' >out.txt 2>err.txt; rc=$?
+check "empty error exit 1" [ $rc = 1 ]
+check "empty error names its status" equals err.txt "Error: 503 status code (no body)"
+
 # bad input → exit 2 with a clear message
 "$COAGENT" --no-such-flag >out.txt 2>err.txt; rc=$?
 check "unknown flag exit 2" [ $rc = 2 ]
 check "unknown flag named" contains err.txt "--no-such-flag"
-check "unknown flag shows usage" contains err.txt "Usage:"
+# issue 15: the error and one line pointing at --help, not the whole help
+check "unknown flag: two lines" [ "$(wc -l < err.txt)" = 2 ]
+check "unknown flag points at --help" contains err.txt "Run 'coagent --help' for the flags."
+check "unknown flag: no help dump" bash -c "! grep -q 'Usage:' err.txt"
+"$COAGENT" classify --message x --bogus >out.txt 2>err.txt; rc=$?
+check "classify bad flag exit 2" [ $rc = 2 ]
+check "classify bad flag points at classify --help" contains err.txt "Run 'coagent classify --help' for the flags."
+check "classify bad flag: two lines" [ "$(wc -l < err.txt)" = 2 ]
+for v in 0 -5 abc 1.5; do
+  "$COAGENT" -p hi --no-session --faux-context-window "$v" >out.txt 2>err.txt; rc=$?
+  check "--faux-context-window $v exit 2" [ $rc = 2 ]
+  check "--faux-context-window $v message" contains err.txt "coagent: --faux-context-window: must be a whole number of tokens, at least 1 (got $v)"
+  check "--faux-context-window $v: no 300-digit range" bash -c "[ \$(wc -c < err.txt) -lt 200 ]"
+done
+"$COAGENT" classify --help >out.txt 2>err.txt; rc=$?
+check "classify --help exit 0" [ $rc = 0 ]
+check "classify --help: its own exit codes" contains out.txt "Exit codes: 0 the decision was printed; 2 usage error"
+check "classify --help: no prompt exit codes" bash -c "! grep -q 'the prompt succeeded' out.txt"
+# contradictory flags: exit 2 naming both
+contradiction() {  # contradiction NAME EXPECTED-TEXT ARGS...
+  local name=$1 text=$2; shift 2
+  "$COAGENT" "$@" >out.txt 2>err.txt; local rc=$?
+  check "$name exit 2" [ $rc = 2 ]
+  check "$name names both flags" contains err.txt "$text"
+}
+touch some.jsonl
+contradiction "--no-session --continue" "coagent: --no-session and --continue cannot be used together" --no-session --continue -p hi
+contradiction "--no-session --session" "coagent: --no-session and --session cannot be used together" --no-session --session some.jsonl -p hi
+contradiction "--continue --session" "coagent: --continue and --session cannot be used together" --continue --session some.jsonl -p hi
+contradiction "-p --mode rpc" "coagent: -p and --mode rpc cannot be used together" -p hi --mode rpc
+contradiction "-p --mode interactive" "coagent: -p and --mode interactive cannot be used together" -p hi --mode interactive
+contradiction "--no-session --session-dir" "coagent: --no-session and --session-dir cannot be used together" --no-session --session-dir d -p hi
 printf '[{"text":"a"},\n  {"text": }]' > bad.json
 "$COAGENT" -p hi --no-session --faux-script bad.json >out.txt 2>err.txt; rc=$?
 check "bad script exit 2" [ $rc = 2 ]

@@ -128,5 +128,8 @@ std::string retry_failed_line(const auto_retry_end_event& e);
 std::string fallback_applied_line(const retry_fallback_applied_event& e);
 /// "Fallback succeeded on <model>".
 std::string fallback_succeeded_line(const retry_fallback_succeeded_event& e);
+/// Print mode's line for a failed prompt: "Error: <error>", sanitised like every line above;
+/// without a text "Error: <status> status code (no body)" (or "Error: Unknown error …").
+std::string print_error_line(const prompt_result& r);
 
 }  // namespace coagent

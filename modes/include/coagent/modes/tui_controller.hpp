@@ -141,7 +141,7 @@ class tui_controller {
     void add(transcript_item::kind k, std::string text);
     void end_stream();
     void flush_pending_error();
-    int countdown_seconds() const;
+    std::int64_t wait_left_ms() const;
 
     esc_action esc_ = esc_action::none;
     std::optional<esc_action> saved_esc_;
@@ -149,7 +149,8 @@ class tui_controller {
     // retry loader
     int attempt_ = 0;
     int max_attempts_ = 0;
-    time_point deadline_{};
+    time_point wait_start_{};
+    std::int64_t wait_ms_ = 0;
     std::string retry_error_;
     // compaction loader
     bool overflow_ = false;

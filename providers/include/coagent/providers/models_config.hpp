@@ -30,6 +30,9 @@ struct model_entry {
     std::int64_t context_window = 128000;
     std::int64_t max_tokens = 16384;
     std::optional<http_protocol::api_kind> api;  ///< overrides the provider's api
+    bool reasoning = false;                      ///< "reasoning" (reported, not used)
+    bool image_input = false;                    ///< "input" holds "image" (reported, not used)
+    model_cost cost;                             ///< "cost" (reported, not used)
 };
 
 struct provider_entry {
@@ -59,8 +62,8 @@ class models_config {
     /// replaced). Throws settings_error for a file that cannot be read, is larger than 4 MiB,
     /// is empty or blank, is not valid JSON (numbers beyond the double range included) or has a
     /// wrong value. Unknown keys are kept (not used) and listed in warnings(); the keys of the
-    /// reference agent's models.json that coagent does not use (compat, cost, reasoning, input,
-    /// authHeader) are not warned about.
+    /// reference agent's models.json that coagent does not use (compat, a model's headers,
+    /// authHeader) are not warned about; reasoning, input and cost are checked and reported.
     static models_config load(const std::filesystem::path& file);
     /// The same from JSON text (`label` names it in errors).
     static models_config parse(std::string_view json_text, const std::string& label);

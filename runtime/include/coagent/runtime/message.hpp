@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -107,14 +108,36 @@ json::object to_json(const token_usage& u);
 message message_from_json(const json::value& v);
 
 /// The model a session talks to.
+/// Price per million tokens (models.json "cost"; 0 when not given).
+struct model_cost {
+    double input = 0, output = 0, cache_read = 0, cache_write = 0;
+};
+
 struct model_info {
+    model_info() = default;
+    /// The fields every provider has; the rest are descriptive (reported, e.g. by RPC).
+    model_info(std::string provider_, std::string id_, std::string api_,
+               std::int64_t context_window_ = 0, std::int64_t max_tokens_ = 0)
+        : provider(std::move(provider_)),
+          id(std::move(id_)),
+          api(std::move(api_)),
+          context_window(context_window_),
+          max_tokens(max_tokens_) {}
+
     std::string provider;
     std::string id;
     std::string api;
     std::int64_t context_window = 0;  // 0 = unknown
     std::int64_t max_tokens = 0;
+    std::string name;      // empty: the id
+    std::string base_url;  // empty for the embedded faux provider
+    bool reasoning = false;
+    bool image_input = false;  // "input":["text","image"]
+    model_cost cost;
 };
 
+/// The reference agent's Model object: {id, name, api, provider, baseUrl, reasoning, input,
+/// cost:{input, output, cacheRead, cacheWrite}, contextWindow, maxTokens}.
 json::object to_json(const model_info& m);
 
 }  // namespace coagent

@@ -227,7 +227,10 @@ class agent_session {
 
     /// Manual compaction: summarises the older part of the context with the current model
     /// (compaction_start/end{reason:"manual"}). Only while idle; abort() cancels it. Completes
-    /// on the session's executor; the session must outlive it.
+    /// on the session's executor right after compaction_end; the session must outlive it.
+    /// Prompts queued (steer / follow_up) while it runs run after it exactly as after a prompt
+    /// (the first of them runs the queue and settles); when abort() dropped them, agent_settled
+    /// follows compaction_end at once.
     boost::asio::awaitable<compact_result> compact(std::string custom_instructions = {});
 
     const settings& config() const noexcept { return config_; }
@@ -312,6 +315,10 @@ class agent_session {
                                                      std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
                                                            std::uint64_t id);
+    // the loop of a busy period: runs `pending` (and what is queued), retries, compaction
+    // continuations and follow-ups, then settles
+    boost::asio::awaitable<prompt_result> run_until_settled(message_ptr pending, std::uint64_t id);
+    void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
     // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry
@@ -361,6 +368,7 @@ class agent_session {
         boost::asio::steady_timer* timer;
         bool* cancelled;
         std::optional<prompt_result>* result;  // set when abort() ended its run and more ran after
+        bool* run_now;  // set when a manual compaction hands the queue over to this prompt
     };
     std::vector<waiter> waiters_;
     std::uint64_t next_prompt_id_ = 1;

@@ -42,10 +42,17 @@ struct settings_error : std::runtime_error {
 struct settings_warning {
     std::string file;  // as in settings_error::file
     std::string key;   // dotted, up to the first unknown part: "retry.provider", "quietStartup"
-    /// `<file>: unknown key "<key>" (kept, not used)`
+    /// A key of a settings file (not models.json / auth.json): a near miss of the settings
+    /// schema gets a guess in message().
+    bool settings_file = false;
+    /// `<file>: unknown key "<key>" (kept, not used)`, then for a settings file `; did you mean
+    /// "<key>"?` when a schema key or group is at most 2 edits away.
     std::string message() const;
 
-    friend bool operator==(const settings_warning&, const settings_warning&) = default;
+    /// The same file and key (the same warning).
+    friend bool operator==(const settings_warning& a, const settings_warning& b) {
+        return a.file == b.file && a.key == b.key;
+    }
 };
 
 /// One entry of the schema, for callers that list or document settings.
