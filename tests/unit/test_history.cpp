@@ -85,6 +85,7 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
     // file has one writer at a time, issue 17 item 2)
     const fs::path file = *h.session->history().file();
     const std::string id = h.session->session_id();
+    h.sub.reset();  // a subscription must not outlive its session
     h.session.reset();
     auto loaded = session_history::load(file);
     CHECK(loaded.warnings.empty());
