@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
             o.model = model;
         }
     }
+    o.model_explicit = app.count("--provider") > 0 || app.count("--model") > 0;
     o.stdout_closed = std_fds.stdout_closed;
     if (!session_dir.empty()) o.session_dir = session_dir;
     if (!session_file.empty()) o.session_file = session_file;

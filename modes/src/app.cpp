@@ -213,12 +213,58 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
             throw config_error("--continue: no session of " + so.cwd + " in " +
                                sessions_dir().string());
     }
+    const bool resuming = so.resume_file.has_value();
+    std::unique_ptr<agent_session> session;
     try {
-        return std::make_unique<agent_session>(std::move(so));
+        session = std::make_unique<agent_session>(std::move(so));
     } catch (const std::system_error& e) {
         throw config_error(e.what());
     } catch (const std::runtime_error& e) {
         throw config_error(e.what());
+    }
+    if (resuming) restore_recorded_model(*session);
+    return session;
+}
+
+std::optional<std::pair<std::string, std::string>> recorded_model(const session_history& h) {
+    // the last model chosen for the session (set_model / RPC set_model, not a fallback's
+    // temporary switch); without one, the model of its first reply
+    const auto& entries = h.entries();
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+        if (it->type != "model_change") continue;
+        const auto* t = it->raw.if_contains("temporary");
+        if (t && t->is_bool() && t->as_bool()) continue;
+        const auto* p = it->raw.if_contains("provider");
+        const auto* m = it->raw.if_contains("modelId");
+        if (p && m && p->is_string() && m->is_string())
+            return std::pair{std::string(p->as_string()), std::string(m->as_string())};
+    }
+    for (const auto& e : entries)
+        if (e.msg && e.msg->role == message_role::assistant && !e.msg->provider.empty() &&
+            !e.msg->model.empty())
+            return std::pair{e.msg->provider, e.msg->model};
+    return std::nullopt;
+}
+
+void app_context::restore_recorded_model(agent_session& session) {
+    const auto rec = recorded_model(session.history());
+    if (!rec) return;
+    const model_info now = session.model();
+    if (now.provider == rec->first && now.id == rec->second) return;
+    if (opts_.model_explicit) {
+        // --provider/--model wins, and the history records the switch, so the next resume
+        // continues on this model too
+        session.set_model(provider_);
+        return;
+    }
+    const std::string file =
+        session.history().file() ? session.history().file()->string() : std::string("the session");
+    try {
+        session.set_model(catalog_->make(rec->first, rec->second));
+    } catch (const config_error& e) {
+        throw config_error(file + ": the conversation was held on " + rec->first + "/" +
+                           rec->second + ", which is not available now: " + e.what() +
+                           " (give --provider/--model to continue it on another model)");
     }
 }
 

@@ -226,5 +226,30 @@ done < "$DATA/provider-errors.jsonl"
 "$COAGENT" classify --message "429 Too Many Requests retry-after-ms=1500" --now 0 >out.txt
 check "classify prints the hint" equals out.txt '{"kind":"retryable","retryable":true,"rule":"retryable/too many requests","limit":"rate","retryAfterMs":1500}' || cat out.txt >&2
 
+# a resumed session continues on the model it was held on (issue 15 item 2): never a silent
+# switch to the command line's default; an explicit --provider/--model wins and is recorded
+rs="$work/resume"
+mkdir -p "$rs/home"
+echo '{"retry":{"baseDelayMs":1}}' > "$rs/home/settings.json"
+( cd "$rs" && COAGENT_DIR="$rs/home" "$COAGENT" -p hi >/dev/null 2>&1 )
+rfile=$(ls "$rs"/home/sessions/*.jsonl)
+# as if the conversation had been held on local/m1 (the reply records its model)
+sed -i 's/"provider":"faux","model":"faux"/"provider":"local","model":"m1"/' "$rfile"
+( cd "$rs" && COAGENT_DIR="$rs/home" "$COAGENT" --session "$rfile" -p again >"$work/out.txt" 2>"$work/err.txt" ); rc=$?
+check "resume: recorded model unavailable exit 2" [ $rc = 2 ]
+check "resume: the error names the recorded model" contains err.txt "the conversation was held on local/m1, which is not available now"
+check "resume: nothing ran" equals out.txt ""
+echo '{"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions","apiKey":"any","models":[{"id":"m1"}]}}}' > "$rs/home/models.json"
+( cd "$rs" && COAGENT_DIR="$rs/home" "$COAGENT" --session "$rfile" -p again >"$work/out.txt" 2>"$work/err.txt" ); rc=$?
+check "resume: continues on the recorded model" contains err.txt "cannot connect to 127.0.0.1:9"
+check "resume: recorded model's failure exit 1" [ $rc = 1 ]
+( cd "$rs" && COAGENT_DIR="$rs/home" "$COAGENT" --session "$rfile" --provider faux -p again >"$work/out.txt" 2>"$work/err.txt" ); rc=$?
+check "resume: explicit --provider wins" [ $rc = 0 ]
+check "resume: explicit --provider reply" equals out.txt "Hello from the faux provider."
+check "resume: the switch is recorded" contains "$rfile" '"type":"model_change"'
+( cd "$rs" && COAGENT_DIR="$rs/home" "$COAGENT" --continue -p again >"$work/out.txt" 2>"$work/err.txt" ); rc=$?
+check "resume: --continue after the switch stays on faux" [ $rc = 0 ]
+check "resume: --continue reply" equals out.txt "Hello from the faux provider."
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

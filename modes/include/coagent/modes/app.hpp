@@ -23,6 +23,8 @@ struct app_options {
     std::optional<std::string> message;  // -p
     std::string provider = "faux";
     std::string model;  // empty: the provider's default
+    /// --provider or --model was given: it wins over the model a resumed session recorded.
+    bool model_explicit = false;
     std::optional<std::string> faux_script;
     std::optional<std::filesystem::path> faux_log;
     std::int64_t faux_context_window = 128000;
@@ -105,6 +107,10 @@ class app_context {
     std::filesystem::path sessions_dir() const;
 
   private:
+    /// A resumed session continues on the model it recorded; config_error naming that model
+    /// when it is not available now. An explicit --provider/--model wins and is recorded.
+    void restore_recorded_model(agent_session& session);
+
     boost::asio::io_context& io_;
     app_options opts_;
     std::filesystem::path dir_;
@@ -112,6 +118,11 @@ class app_context {
     std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
 };
+
+/// The model a session file's history says the conversation was held on: the last
+/// model_change entry that is not a fallback's temporary switch, else the model of its first
+/// assistant reply; nothing for a session without either.
+std::optional<std::pair<std::string, std::string>> recorded_model(const session_history& h);
 
 /// The latest session file in `dir` whose header cwd is `cwd` (by modification time).
 std::optional<std::filesystem::path> latest_session_file(const std::filesystem::path& dir,
