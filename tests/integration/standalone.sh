@@ -12,9 +12,11 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   list() { find . -type f -not -path './build*' -not -path './.git/*' -printf '%P\0'; }
 fi
-# ../shared and the files that lived there; a relative path that climbs out of the tree to a
-# markdown or data file; absolute paths of a developer's machine
-pattern='\.\./shared|(^|[^/a-z_-])(design|conventions|pi-reference)\.md|(^|[^a-z/])spec/retry-policy\.md|shared/(data|spec|reference|hooks)/|/work/|\.\./\.\./\.\./[A-Za-z]'
+# the team folder beside a developer's checkout (one level up, "shared") and the files that
+# lived there; a relative path that climbs out of the tree to a markdown or data file;
+# absolute paths of a developer's machine
+up='\.\.'  # the pattern is assembled so that this file does not match it
+pattern="$up/shared|"'(^|[^/a-z_-])(design|conventions|pi-reference)\.md|(^|[^a-z/])spec/retry-policy\.md|shared/(data|spec|reference|hooks)/|/work/|\.\./\.\./\.\./[A-Za-z]'
 hits=$(list | grep -zv -e "^$self\$" | xargs -0 grep -nIE "$pattern" -- 2>/dev/null || true)
 # every link to a markdown file inside docs/ and README.md must resolve inside the tree
 broken=""

@@ -76,6 +76,21 @@ struct harness {
         run_ready();
     }
 
+    /// Starts a prompt and runs ready handlers one at a time until an event of `type` was
+    /// emitted (to act between two handlers, e.g. before a posted continue runs).
+    void prompt_until(std::string text, std::string_view type) {
+        asio::co_spawn(io, session->prompt(std::move(text)),
+                       [this](std::exception_ptr e, prompt_result r) {
+                           if (e) failure = e;
+                           result = std::move(r);
+                       });
+        for (int i = 0; i < 1000 && of(type).empty(); ++i) {
+            io.restart();
+            io.run_one();
+        }
+        if (failure) std::rethrow_exception(failure);
+    }
+
     void run_ready() {
         for (int i = 0; i < 1000; ++i) {
             io.restart();

@@ -295,13 +295,7 @@ TEST_CASE("abort_retry lands after the timer fired but before the continue ran",
     settings s;
     s.retry.base_delay_ms = 0;
     harness h(two_errors_then_ok, s);
-    asio::co_spawn(h.io, h.session->prompt("hi"),
-                   [&](std::exception_ptr, prompt_result r) { h.result = r; });
-    // run handlers one by one until the retry start was emitted, then cancel
-    for (int i = 0; i < 1000 && h.of("auto_retry_start").empty(); ++i) {
-        h.io.restart();
-        h.io.run_one();
-    }
+    h.prompt_until("hi", "auto_retry_start");  // then cancel, before the posted continue
     REQUIRE(h.of("auto_retry_start").size() == 1);
     h.session->abort_retry();
     h.run_ready();
@@ -375,46 +369,23 @@ struct inline_abort_provider final : provider {
 
 TEST_CASE("abort() cancels the retry before it aborts the stream (§5.3): the order is visible",
           "[session][spec-5]") {
-    asio::io_context io;
-    manual_clock::reset();
     auto p = std::make_shared<inline_abort_provider>();
-    session_options so;
-    so.executor = io.get_executor();
-    so.model_provider = p;
-    so.clock = clock_kind::manual;
-    agent_session session(std::move(so));
-    std::vector<json::object> events;
-    auto sub = session.subscribe([&](const event& e) { events.push_back(to_json(e)); });
-    std::optional<prompt_result> result;
-    asio::co_spawn(io, session.prompt("hi"),
-                   [&](std::exception_ptr, prompt_result r) { result = std::move(r); });
-    const auto run_ready = [&] {
-        for (int i = 0; i < 1000; ++i) {
-            io.restart();
-            if (io.poll() == 0) break;
-        }
-    };
-    run_ready();
-    for (int i = 0; i < 2000; ++i) {
-        manual_clock::advance(1ms);
-        run_ready();
-    }
+    harness h("[]", settings{}, [&](session_options& o) { o.model_provider = p; });
+    h.prompt("hi");
+    h.advance(2000ms);
     REQUIRE(p->calls == 2);
-    REQUIRE(session.is_streaming());
-    session.abort();  // the retried attempt ends inside this call
-    run_ready();
-    REQUIRE(result);
-    CHECK(result->outcome == prompt_result::status::aborted);
-    std::vector<json::object> ends;
-    for (const auto& e : events)
-        if (e.at("type") == "auto_retry_end") ends.push_back(e);
+    REQUIRE(h.session->is_streaming());
+    h.session->abort();  // the retried attempt ends inside this call
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
     // had the stream been aborted first, the machine would have seen a plain aborted reply
     // and ended the chain with that reply's text ("Request was aborted")
     CHECK(
-        ends ==
+        h.of("auto_retry_end") ==
         std::vector<json::object>{obj(
             R"({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"})")});
-    CHECK(brief(events).back() == "agent_settled");
+    CHECK(brief(h.events).back() == "agent_settled");
 }
 
 TEST_CASE("abort_retry while a first attempt streams has no effect (§5.5)", "[session][spec-5]") {
@@ -449,12 +420,7 @@ TEST_CASE(
         if (std::holds_alternative<auto_retry_start_event>(e))
             requests_at_start = h.faux->requests().size();
     });
-    asio::co_spawn(h.io, h.session->prompt("hi"),
-                   [&](std::exception_ptr, prompt_result r) { h.result = r; });
-    for (int i = 0; i < 1000 && h.of("auto_retry_start").empty(); ++i) {
-        h.io.restart();
-        h.io.run_one();
-    }
+    h.prompt_until("hi", "auto_retry_start");
     REQUIRE(h.of("auto_retry_start").size() == 1);
     CHECK(requests_at_start == 1);
     CHECK(h.requests().size() == 1);  // the handler that emitted the start did not continue
