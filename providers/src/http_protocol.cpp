@@ -398,8 +398,11 @@ class openai_decoder final : public stream_decoder {
             if (const auto* c = delta.if_contains("content");
                 c && c->is_string() && !c->get_string().empty()) {
                 const std::string_view piece = c->get_string();
-                if (out.content.empty() || !std::holds_alternative<text_block>(out.content.back()))
+                if (out.content.empty() ||
+                    !std::holds_alternative<text_block>(out.content.back())) {
+                    if (!new_block(out)) return;
                     out.content.emplace_back(text_block{});
+                }
                 if (!grow(out, piece.size())) return;
                 std::get<text_block>(out.content.back()).text.append(piece);
                 observer.on_text_delta(out, piece);
@@ -411,19 +414,22 @@ class openai_decoder final : public stream_decoder {
                     const std::int64_t idx = int_of(tc.if_contains("index"));
                     auto it = by_index_.find(idx);
                     if (it == by_index_.end()) {
+                        if (!new_block(out)) return;
                         out.content.emplace_back(tool_call_block{});
                         it = by_index_.emplace(idx, out.content.size() - 1).first;
                         tool_args_[it->second];
                     }
                     auto& block = std::get<tool_call_block>(out.content[it->second]);
                     if (const auto* id = tc.if_contains("id");
-                        id && id->is_string() && !id->get_string().empty())
-                        block.id = id->get_string();
+                        id && id->is_string() && !id->get_string().empty() &&
+                        !set_tool_field(out, block.id, id->get_string(), "id"))
+                        return;
                     if (const auto* fn = tc.if_contains("function"); fn && fn->is_object()) {
                         const auto& f = fn->get_object();
                         if (const auto* n = f.if_contains("name");
-                            n && n->is_string() && !n->get_string().empty())
-                            block.name = n->get_string();
+                            n && n->is_string() && !n->get_string().empty() &&
+                            !set_tool_field(out, block.name, n->get_string(), "name"))
+                            return;
                         if (const auto* a = f.if_contains("arguments");
                             a && a->is_string() && !a->get_string().empty()) {
                             if (!grow(out, a->get_string().size())) return;
@@ -490,6 +496,7 @@ class anthropic_decoder final : public stream_decoder {
             const auto* bt = b.if_contains("type");
             if (!bt || !bt->is_string()) return;
             if (bt->get_string() == "text") {
+                if (!new_block(out)) return;
                 text_block t;
                 if (const auto* s = b.if_contains("text"); s && s->is_string()) {
                     if (!grow(out, s->get_string().size())) return;
@@ -498,11 +505,14 @@ class anthropic_decoder final : public stream_decoder {
                 out.content.emplace_back(std::move(t));
                 blocks_[idx] = out.content.size() - 1;
             } else if (bt->get_string() == "tool_use") {
+                if (!new_block(out)) return;
                 tool_call_block c;
-                if (const auto* s = b.if_contains("id"); s && s->is_string())
-                    c.id = s->get_string();
-                if (const auto* s = b.if_contains("name"); s && s->is_string())
-                    c.name = s->get_string();
+                if (const auto* s = b.if_contains("id");
+                    s && s->is_string() && !set_tool_field(out, c.id, s->get_string(), "id"))
+                    return;
+                if (const auto* s = b.if_contains("name");
+                    s && s->is_string() && !set_tool_field(out, c.name, s->get_string(), "name"))
+                    return;
                 out.content.emplace_back(std::move(c));
                 blocks_[idx] = out.content.size() - 1;
                 tool_args_[out.content.size() - 1];
@@ -779,14 +789,27 @@ const json::object* stream_decoder::parse_event(const sse_event& ev, message& ou
 }
 
 bool stream_decoder::grow(message& out, std::size_t bytes) {
-    if (bytes <= max_reply_bytes_ - std::min(reply_bytes_, max_reply_bytes_)) {
-        reply_bytes_ += bytes;
-        return true;
-    }
-    fail(out, "Reply too large: the provider streamed more than " +
-                  std::to_string(max_reply_bytes_) +
-                  " bytes of text and tool-call arguments (the limit of one reply)");
+    if (budget_.take(bytes)) return true;
+    fail(out, budget_.too_large_text());
     return false;
+}
+
+bool stream_decoder::new_block(message& out) {
+    return grow(out, reply_budget::block_bytes);
+}
+
+bool stream_decoder::set_tool_field(message& out, std::string& field, std::string_view value,
+                                    std::string_view what) {
+    if (auto error = reply_budget::field_error(what, value.size())) {
+        fail(out, std::move(*error));
+        return false;
+    }
+    if (!budget_.replace(field.size(), value.size())) {
+        fail(out, budget_.too_large_text());
+        return false;
+    }
+    field.assign(value);
+    return true;
 }
 
 std::string redact_url(std::string_view url) {
