@@ -1,4 +1,5 @@
 #include <coagent/modes/rpc_mode.hpp>
+#include <coagent/modes/rpc_output_queue.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 #include <coagent/providers/models_config.hpp>
 #include <coagent/runtime/json_input.hpp>
@@ -7,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
@@ -16,6 +18,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -38,6 +41,23 @@ streaming_behavior to_behavior(rpc::delivery d) noexcept {
             break;
     }
     return streaming_behavior::none;
+}
+
+// The output queue's bounds; COAGENT_RPC_OUTPUT_BOUNDS="<merge>,<pause>" (bytes) is a test aid
+// (docs/rpc.md "Output").
+rpc::output_queue::limits output_limits() {
+    rpc::output_queue::limits l;
+    const char* v = std::getenv("COAGENT_RPC_OUTPUT_BOUNDS");
+    if (!v) return l;
+    char* end = nullptr;
+    const unsigned long long merge = std::strtoull(v, &end, 10);
+    if (end == v || *end != ',') return l;
+    const char* rest = end + 1;
+    const unsigned long long pause = std::strtoull(rest, &end, 10);
+    if (end == rest || *end != '\0') return l;
+    l.merge_above = static_cast<std::size_t>(merge);
+    l.pause_above = static_cast<std::size_t>(pause);
+    return l;
 }
 
 std::string trimmed(std::string_view s) {
@@ -188,6 +208,12 @@ class rpc_server {
         std::vector<char> buf(64 * 1024);
         std::vector<rpc::line_reader::item> items;
         for (;;) {
+            while (out_queue_.over_pause() && !shutting_down_ && !out_broken_) {
+                // docs/rpc.md "Output": stdin is not read while the output queue is full
+                input_resume_.expires_at(asio::steady_timer::time_point::max());
+                co_await input_resume_.async_wait(asio::as_tuple(asio::use_awaitable));
+            }
+            if (shutting_down_) co_return;
             auto [ec, n] = co_await in_.async_read_some(asio::buffer(buf),
                                                         asio::as_tuple(asio::use_awaitable));
             if (shutting_down_) co_return;  // a signal: the rest of the input is ignored
@@ -468,39 +494,36 @@ class rpc_server {
     /// An event line, written as text straight into the pending output (no DOM, no copy).
     void write_event(const event& e) {
         if (out_broken_) return;
-        append_json(out_pending_, e);
-        out_pending_.push_back('\n');
+        out_queue_.push_event(e);  // merges message_updates above its bound
         if (!writing_) start_write();
     }
 
     void write_line(std::string line) {
         if (out_broken_) return;
-        if (out_pending_.empty())
-            out_pending_ = std::move(line);
-        else
-            out_pending_ += line;
+        out_queue_.push_line(line);
         if (!writing_) start_write();
     }
 
     void start_write() {
         writing_ = true;
-        out_writing_.swap(out_pending_);
-        out_pending_.clear();
+        out_queue_.take(out_writing_);
         asio::async_write(
             out_, asio::buffer(out_writing_), [this](boost::system::error_code ec, std::size_t) {
                 writing_ = false;
                 out_writing_.clear();
+                out_queue_.written();
+                if (!out_queue_.over_pause()) input_resume_.cancel();  // backpressure over
                 if (ec) {
                     log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
                     out_broken_ = true;
-                    out_pending_.clear();
+                    out_queue_.clear();
                     // exit 1: the client lost output (a signal's 130 / 143 stays)
                     if (exit_code_ == 0) exit_code_ = 1;
                     begin_shutdown(1);
                     maybe_finish();
                     return;
                 }
-                if (!out_pending_.empty())
+                if (out_queue_.has_pending())
                     start_write();
                 else
                     maybe_finish();
@@ -532,6 +555,7 @@ class rpc_server {
         exit_code_ = code;
         boost::system::error_code ignored;
         in_.close(ignored);
+        input_resume_.cancel();
         if (session_) {
             session_->abort_retry();
             session_->abort();
@@ -540,7 +564,8 @@ class rpc_server {
     }
 
     void maybe_finish() {
-        if (!shutting_down_ || finished_ || tasks_ > 0 || writing_ || !out_pending_.empty()) return;
+        if (!shutting_down_ || finished_ || tasks_ > 0 || writing_ || out_queue_.has_pending())
+            return;
         finished_ = true;
         signals_.cancel();
         io_.stop();
@@ -558,8 +583,9 @@ class rpc_server {
     std::shared_ptr<spdlog::logger> log_;
     rpc::line_reader reader_;
 
-    std::string out_pending_;
+    rpc::output_queue out_queue_{output_limits()};
     std::string out_writing_;
+    asio::steady_timer input_resume_{io_};  // backpressure: stdin waits while output is queued
     bool writing_ = false;
     bool out_broken_ = false;
 

@@ -7,6 +7,7 @@
 #include "support/expected_events.hpp"
 
 #include <coagent/modes/rpc_client.hpp>
+#include <coagent/modes/rpc_output_queue.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 #include <coagent/runtime/json_input.hpp>
 
@@ -275,6 +276,143 @@ TEST_CASE("responses: envelope fields and order", "[rpc][protocol]") {
 // =========================================================================================
 // coagent --mode rpc as a child process
 // =========================================================================================
+
+namespace {
+
+// A partial assistant message as the decoders build it, and the queue fed with its updates.
+struct streamed_reply {
+    std::shared_ptr<message> m = std::make_shared<message>();
+    message_ptr msg = m;
+    streamed_reply() { m->role = message_role::assistant; }
+    void open_text() { m->content.emplace_back(text_block{}); }
+    event delta(std::size_t block, std::string_view d) {
+        std::get<text_block>(m->content.at(block)).text.append(d);
+        return message_update_event{msg, std::string(d)};
+    }
+};
+
+std::vector<json::object> taken_lines(rpc::output_queue& q) {
+    std::string out;
+    q.take(out);
+    q.written();
+    std::vector<json::object> v;
+    for (std::string_view rest = out; !rest.empty();) {
+        const auto nl = rest.find('\n');
+        REQUIRE(nl != std::string_view::npos);
+        v.push_back(json::parse(rest.substr(0, nl)).as_object());
+        rest.remove_prefix(nl + 1);
+    }
+    return v;
+}
+
+std::string delta_of(const json::object& o) {
+    return std::string(o.at("assistantMessageEvent").at("delta").as_string());
+}
+std::string text_of_line(const json::object& o, std::size_t block) {
+    return std::string(o.at("message").at("content").at(block).at("text").as_string());
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 3: output queue below its bound writes every event as it came",
+          "[rpc][protocol][limits]") {
+    CHECK(rpc::output_queue::default_merge_above == 8u * 1024 * 1024);
+    CHECK(rpc::output_queue::default_pause_above == 64u * 1024 * 1024);
+    rpc::output_queue q;
+    streamed_reply r;
+    r.open_text();
+    q.push_event(message_start_event{r.msg});
+    for (const char* d : {"ab", "cd", "ef"}) q.push_event(r.delta(0, d));
+    const auto lines = taken_lines(q);
+    REQUIRE(lines.size() == 4);
+    CHECK(delta_of(lines[1]) == "ab");
+    CHECK(text_of_line(lines[1], 0) == "ab");  // the partial as it was then
+    CHECK(text_of_line(lines[2], 0) == "abcd");
+    CHECK(text_of_line(lines[3], 0) == "abcdef");
+    CHECK(q.merged() == 0);
+    CHECK(q.bytes() == 0);
+}
+
+TEST_CASE(
+    "issue 16 item 3: above its bound, consecutive updates of one block are merged; never "
+    "across blocks, other events or responses",
+    "[rpc][protocol][limits]") {
+    rpc::output_queue q({/*merge_above=*/0, /*pause_above=*/1u << 30});
+    streamed_reply r;
+    r.open_text();
+    q.push_line("{\"type\":\"ready\"}\n");  // the queue is above 0 bytes from here on
+    q.push_event(message_start_event{r.msg});
+    for (const char* d : {"a", "b", "c"}) q.push_event(r.delta(0, d));
+    q.push_line("{\"type\":\"response\",\"command\":\"get_state\",\"success\":true}\n");
+    for (const char* d : {"d", "e"}) q.push_event(r.delta(0, d));
+    r.open_text();  // a second text block: its updates start a new line
+    for (const char* d : {"x", "y"}) q.push_event(r.delta(1, d));
+    q.push_event(r.delta(0, "f"));  // back to block 0 (interleaved blocks)
+    q.push_event(r.delta(1, "z"));
+    q.push_event(message_end_event{r.msg});
+    const auto lines = taken_lines(q);
+    REQUIRE(lines.size() == 9);
+    CHECK(lines[0].at("type") == "ready");
+    CHECK(lines[1].at("type") == "message_start");
+    CHECK(lines[2].at("type") == "message_update");
+    CHECK(delta_of(lines[2]) == "abc");
+    CHECK(lines[3].at("type") == "response");  // never merged across, never dropped
+    CHECK(delta_of(lines[4]) == "de");
+    CHECK(delta_of(lines[5]) == "xy");
+    CHECK(delta_of(lines[6]) == "f");
+    CHECK(delta_of(lines[7]) == "z");
+    CHECK(lines[8].at("type") == "message_end");
+    // a merged update's message is the latest partial: serialised when the next line came,
+    // here the update of block 0 with "f"
+    CHECK(text_of_line(lines[4], 0) == "abcde");
+    CHECK(text_of_line(lines[5], 0) == "abcdef");
+    CHECK(text_of_line(lines[5], 1) == "xy");
+    CHECK(q.merged() == 4);  // b, c, e, y
+    // concatenating every delta of a block gives its text
+    std::string block0, block1;
+    for (const std::size_t i : {2, 4, 6}) block0 += delta_of(lines[i]);
+    for (const std::size_t i : {5, 7}) block1 += delta_of(lines[i]);
+    CHECK(block0 == "abcdef");
+    CHECK(block1 == "xyz");
+}
+
+TEST_CASE(
+    "issue 16 item 3: a slow reader: a long reply in 4-byte deltas stays bounded, "
+    "linear in the reply",
+    "[rpc][protocol][limits]") {
+    // 32 KiB in 4-byte deltas (8192 updates) with nothing written meanwhile; unmerged they
+    // would queue about 8192 * 16 KiB = 136 MB. With a 64 KiB merge bound the queue holds the
+    // lines up to the bound and then one update growing with the reply.
+    rpc::output_queue q({/*merge_above=*/64 * 1024, /*pause_above=*/1024 * 1024});
+    streamed_reply r;
+    r.open_text();
+    q.push_event(message_start_event{r.msg});
+    std::size_t peak = 0;
+    for (int i = 0; i < 8192; ++i) {
+        q.push_event(r.delta(0, "abcd"));
+        peak = std::max(peak, q.bytes());
+    }
+    CHECK(peak < 64 * 1024 + 4 * 32 * 1024 + 4096);
+    CHECK_FALSE(q.over_pause());
+    q.push_event(message_end_event{r.msg});
+    const auto lines = taken_lines(q);
+    std::string all;
+    for (const auto& l : lines)
+        if (l.at("type") == "message_update") all += delta_of(l);
+    CHECK(all.size() == 4 * 8192);
+    CHECK(all == std::get<text_block>(r.msg->content[0]).text);
+    CHECK(lines.size() < 200);
+    CHECK(q.merged() + lines.size() == 8192 + 2);
+    // over the pause bound until written
+    rpc::output_queue small({0, 10});
+    small.push_line("0123456789\n");
+    CHECK(small.over_pause());
+    std::string out;
+    small.take(out);
+    CHECK(small.over_pause());  // taken, not yet written
+    small.written();
+    CHECK_FALSE(small.over_pause());
+}
 
 TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to agent_settled",
           "[rpc][process]") {
