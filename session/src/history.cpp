@@ -11,6 +11,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <istream>
 #include <stdexcept>
 #include <utility>
 
@@ -165,6 +166,22 @@ session_history session_history::create_file(const fs::path& dir, std::string cw
                                 "cannot open session file " + path->string());
     lock_session_file(h.fd_, *path);  // for the life of the session
     return h;
+}
+
+std::optional<std::string> read_first_line(std::istream& in, std::size_t max_bytes) {
+    std::string line;
+    std::streambuf* sb = in.rdbuf();
+    if (!sb) return std::nullopt;
+    for (;;) {
+        const int c = sb->sbumpc();
+        if (c == std::char_traits<char>::eof()) {
+            if (line.empty()) return std::nullopt;
+            return line;
+        }
+        if (c == '\n') return line;
+        if (line.size() == max_bytes) return std::nullopt;  // longer than the bound: not read on
+        line.push_back(static_cast<char>(c));
+    }
 }
 
 std::string not_stored_marker(std::size_t bytes) {

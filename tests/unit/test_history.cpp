@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <fstream>
 #include <sstream>
 
@@ -354,6 +355,45 @@ TEST_CASE(
     CHECK(line.size() <= 1000);
     const auto& args = std::get<tool_call_block>(fitted.content.at(0)).arguments;
     CHECK(args.at("\u2026").as_string().ends_with(" bytes not stored]"));
+}
+
+namespace {
+
+// An endless stream of 'x' without a newline (a huge file that is one line), counting the
+// bytes it gave out.
+struct endless_line : std::streambuf {
+    std::array<char, 4096> chunk;
+    std::size_t given = 0;
+    std::size_t cap;
+    explicit endless_line(std::size_t c) : cap(c) { chunk.fill('x'); }
+    int_type underflow() override {
+        if (given >= cap) return traits_type::eof();
+        given += chunk.size();
+        setg(chunk.data(), chunk.data(), chunk.data() + chunk.size());
+        return traits_type::to_int_type(chunk[0]);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("issue 16 item 4: --continue's scan reads a bounded first line", "[history][limits]") {
+    CHECK(session_header_max_bytes == 64u * 1024);
+    std::istringstream ok(std::string(header_line) + "{\"type\":\"label\"}\n");
+    CHECK(read_first_line(ok, session_header_max_bytes) ==
+          std::string(header_line).substr(0, std::string(header_line).size() - 1));
+    std::istringstream empty;
+    CHECK_FALSE(read_first_line(empty, 100));
+    std::istringstream last("no newline");
+    CHECK(read_first_line(last, 100) == "no newline");
+    std::istringstream at("0123456789\n");
+    CHECK(read_first_line(at, 10) == "0123456789");
+    std::istringstream over("0123456789\n");
+    CHECK_FALSE(read_first_line(over, 9));
+    // a 256 MiB line (the issue's 2 GB file without a newline): at most the bound is read
+    endless_line huge(std::size_t{256} * 1024 * 1024);
+    std::istream in(&huge);
+    CHECK_FALSE(read_first_line(in, session_header_max_bytes));
+    CHECK(huge.given <= session_header_max_bytes + 2 * 4096);
 }
 
 TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session file",

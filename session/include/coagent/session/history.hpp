@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,15 @@ namespace coagent {
 struct session_file_limits {
     std::size_t max_line_bytes = std::size_t{64} * 1024 * 1024;
 };
+
+/// The most bytes of a session file's header line that `--continue`'s scan reads: 64 KiB (a
+/// header holds a type, a version, an id, a timestamp and the cwd, a path of at most 4096
+/// bytes).
+inline constexpr std::size_t session_header_max_bytes = std::size_t{64} * 1024;
+
+/// The first line of `in` (without its LF), reading at most `max_bytes` + 1 bytes of it; nullopt
+/// when it is longer than `max_bytes` or `in` is empty.
+std::optional<std::string> read_first_line(std::istream& in, std::size_t max_bytes);
 
 /// "…[N bytes not stored]": what replaces the end of a text cut to fit a session-file line.
 std::string not_stored_marker(std::size_t bytes);
