@@ -150,6 +150,7 @@ constexpr schema_entry schema[] = {
         "provider.connectTimeoutMs", 10000, 1),
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
+    integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
 };
 // clang-format on
 

@@ -9,7 +9,13 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/sse_parser.hpp>
+#include <coagent/providers/stream_deadline.hpp>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -588,6 +594,108 @@ TEST_CASE("fakellm script: steps, errors naming step and field, example scripts"
 }
 
 // ---- providers over loopback --------------------------------------------------------------
+
+TEST_CASE("issue 16 item 5: the attempt deadline and the idle timer (sans-io)",
+          "[http][protocol][limits]") {
+    using clock = stream_deadline::clock;
+    const clock::time_point t0{};
+    stream_deadline d(t0, 200, 1000);
+    CHECK(d.expiry() == t0 + 200ms);
+    d.on_progress(t0 + 150ms);
+    CHECK(d.expiry() == t0 + 350ms);
+    d.on_progress(t0 + 900ms);
+    CHECK(d.expiry() == t0 + 1000ms);  // the attempt's deadline comes first
+    CHECK(d.timeout_text(t0 + 999ms) == "Stream idle timeout: no data for 200 ms (timed out)");
+    CHECK(d.timeout_text(t0 + 1000ms) ==
+          "Attempt timeout: no complete reply within provider.attemptTimeoutMs (1000 ms) (timed "
+          "out)");
+    message m;
+    m.role = message_role::assistant;
+    m.stop = stop_reason::error;
+    m.error_message = d.timeout_text(t0 + 1000ms);
+    CHECK(retryable(m));
+    stream_deadline off(t0, 200, 0);  // 0: no attempt deadline
+    off.on_progress(t0 + 24h);
+    CHECK(off.expiry() == t0 + 24h + 200ms);
+    CHECK_FALSE(off.attempt_expired(t0 + 24h));
+    // SSE comments are not progress; data, fields and the blank line ending an event are
+    for (const std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+        sse_parser p;
+        const std::string pings = ": ping\n\n:\n\r\n: keep-alive\r\n\r\n";
+        for (std::size_t i = 0; i < pings.size(); i += chunk)
+            p.feed(std::string_view(pings).substr(i, chunk), [](const sse_event&) {});
+        CHECK(p.progress() == 0);
+        const std::string data = "data: x\n\n";
+        for (std::size_t i = 0; i < data.size(); i += chunk)
+            p.feed(std::string_view(data).substr(i, chunk), [](const sse_event&) {});
+        CHECK(p.progress() == data.size());
+    }
+}
+
+namespace {
+
+// A server that answers one request with the headers of an event stream, then writes `piece`
+// every 20 ms, `times` times (a server that pings, or trickles data, for ever).
+asio::awaitable<void> trickle_server(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
+                                     std::string piece, int times) {
+    auto sock = co_await acceptor->async_accept(asio::use_awaitable);
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+    co_await asio::async_write(sock, asio::buffer(head), asio::use_awaitable);
+    asio::steady_timer t(sock.get_executor());
+    for (int i = 0; i < times; ++i) {
+        t.expires_after(20ms);
+        co_await t.async_wait(asio::use_awaitable);
+        auto [ec, n] = co_await asio::async_write(sock, asio::buffer(piece),
+                                                  asio::as_tuple(asio::use_awaitable));
+        (void)n;
+        if (ec) co_return;
+    }
+}
+
+message stream_from_trickle(std::string piece, std::int64_t idle_ms, std::int64_t attempt_ms) {
+    loopback lb("[]");
+    auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(
+        lb.io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    const auto port = acceptor->local_endpoint().port();
+    const auto on_done = [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    };
+    asio::co_spawn(lb.io, trickle_server(acceptor, std::move(piece), 500), on_done);
+    auto o = lb.options(api_kind::openai_completions);
+    o.base_url = "http://127.0.0.1:" + std::to_string(port) + "/v1";
+    o.stream_idle_timeout_ms = idle_ms;
+    o.attempt_timeout_ms = attempt_ms;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    return lb.stream_once(p, simple_request(p.model()), obs, abort);
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 5: SSE comments do not reset the idle timer", "[http][loopback][limits]") {
+    // pings every 20 ms for 10 s; the idle timeout (150 ms) still ends the attempt
+    const auto out = stream_from_trickle(": ping\n\n", 150, 0);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message == "Stream idle timeout: no data for 150 ms (timed out)");
+    CHECK(retryable(out));
+}
+
+TEST_CASE("issue 16 item 5: provider.attemptTimeoutMs ends an attempt that trickles data",
+          "[http][loopback][limits]") {
+    CHECK(http_provider_options{}.attempt_timeout_ms == 600000);
+    CHECK(settings{}.provider.attempt_timeout_ms == 600000);
+    // a content delta every 20 ms for 10 s: never idle for 150 ms, but past 300 ms in all
+    const auto out =
+        stream_from_trickle("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 150, 300);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message ==
+          "Attempt timeout: no complete reply within provider.attemptTimeoutMs (300 ms) (timed "
+          "out)");
+    CHECK(retryable(out));
+    CHECK_THAT(text_of(out), Catch::StartsWith("xxx"));  // what came before the deadline
+}
 
 TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[http][loopback]") {
     loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
