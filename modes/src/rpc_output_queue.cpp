@@ -2,6 +2,7 @@
 
 #include <coagent/modes/rpc_output_queue.hpp>
 
+#include <algorithm>
 #include <variant>
 
 namespace coagent::rpc {
@@ -21,7 +22,8 @@ void output_queue::push_line(std::string_view line) {
 
 void output_queue::push_event(const event& e) {
     if (const auto* u = std::get_if<message_update_event>(&e); u && u->message) {
-        if (bytes() > limits_.merge_above && try_merge(*u)) return;
+        const std::size_t block = locate(*u);
+        if (bytes() > limits_.merge_above && try_merge(*u, block)) return;
         freeze();
         const std::size_t before = pending_.size();
         append_json(pending_, e);
@@ -29,35 +31,68 @@ void output_queue::push_event(const event& e) {
         last_update_line_ = pending_.size() - before;
         return;
     }
+    if (const auto* s = std::get_if<message_start_event>(&e); s && s->message) track(s->message);
     freeze();
     append_json(pending_, e);
     pending_.push_back('\n');
 }
 
-bool output_queue::try_merge(const message_update_event& u) {
+void output_queue::track(const message_ptr& m) {
+    tracked_ = m;
+    sizes_.clear();
+    for (std::size_t i = 0; i < m->content.size(); ++i) {
+        const text_block* t = text_at(*m, i);
+        sizes_.push_back(t ? t->text.size() : 0);
+    }
+    last_block_ = npos;
+}
+
+std::size_t output_queue::locate(const message_update_event& u) {
     const message& m = *u.message;
-    if (open_ && open_->msg == u.message && open_->content_count == m.content.size()) {
-        // Exactly one block grew by this delta since the last update: it is the open block
-        // when that one grew by the delta's size (and ends with it).
-        const text_block* t = text_at(m, open_->block);
-        if (t && t->text.size() == open_->block_size + u.delta.size() &&
-            std::string_view(t->text).ends_with(u.delta)) {
-            open_->delta += u.delta;
-            open_->block_size = t->text.size();
-            ++merged_;
-            return true;
+    if (u.message != tracked_) {
+        track(u.message);  // a message seen first here: its first update is not placed
+        return npos;
+    }
+    // One block grows per update. The common case first: the block of the last update grew by
+    // this delta, and no block was added.
+    if (last_block_ != npos && m.content.size() == sizes_.size()) {
+        const text_block* t = text_at(m, last_block_);
+        if (t && t->text.size() == sizes_[last_block_] + u.delta.size()) {
+            sizes_[last_block_] = t->text.size();
+            return last_block_;
         }
     }
-    freeze();
-    // Start an open update on the block this delta extended: the last text block that ends
-    // with it (a wrong guess only means the next update is not merged).
-    for (std::size_t i = m.content.size(); i-- > 0;) {
+    // Else the known block that changed (exactly one, by the delta's size), or the one block
+    // added since; otherwise unknown (not merged).
+    std::size_t found = npos, changed = 0;
+    const std::size_t known = std::min(sizes_.size(), m.content.size());
+    for (std::size_t i = 0; i < known; ++i) {
         const text_block* t = text_at(m, i);
-        if (!t || !std::string_view(t->text).ends_with(u.delta)) continue;
-        open_ = open_update{u.message, u.delta, i, t->text.size(), m.content.size()};
+        const std::size_t n = t ? t->text.size() : 0;
+        if (n == sizes_[i]) continue;
+        ++changed;
+        if (n == sizes_[i] + u.delta.size()) found = i;
+    }
+    if (changed > 1) found = npos;
+    if (changed == 0 && m.content.size() == sizes_.size() + 1) {
+        const text_block* t = text_at(m, sizes_.size());
+        if (t && std::string_view(t->text).ends_with(u.delta)) found = sizes_.size();
+    }
+    track(u.message);
+    last_block_ = found;
+    return found;
+}
+
+bool output_queue::try_merge(const message_update_event& u, std::size_t block) {
+    if (block == npos) return false;
+    if (open_ && open_->msg == u.message && open_->block == block) {
+        open_->delta += u.delta;
+        ++merged_;
         return true;
     }
-    return false;
+    freeze();
+    open_ = open_update{u.message, u.delta, block};
+    return true;
 }
 
 void output_queue::freeze() {

@@ -374,6 +374,24 @@ TEST_CASE(
     for (const std::size_t i : {5, 7}) block1 += delta_of(lines[i]);
     CHECK(block0 == "abcdef");
     CHECK(block1 == "xyz");
+
+    // two blocks that end alike: a delta is placed by which block grew, not by its text
+    rpc::output_queue q2({0, 1u << 30});
+    streamed_reply r2;
+    r2.open_text();
+    r2.open_text();
+    q2.push_event(message_start_event{r2.msg});
+    q2.push_event(r2.delta(1, "a"));
+    q2.push_line("{\"type\":\"response\"}\n");
+    q2.push_event(r2.delta(0, "a"));  // block 1 ends with "a" too
+    q2.push_event(r2.delta(1, "a"));
+    q2.push_event(r2.delta(1, "b"));
+    const auto lines2 = taken_lines(q2);
+    REQUIRE(lines2.size() == 5);
+    CHECK(delta_of(lines2[3]) == "a");   // block 0 alone
+    CHECK(delta_of(lines2[4]) == "ab");  // block 1's two, merged
+    CHECK(text_of_line(lines2[4], 0) == "a");
+    CHECK(text_of_line(lines2[4], 1) == "aab");
 }
 
 TEST_CASE(

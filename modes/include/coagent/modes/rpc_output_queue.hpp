@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace coagent::rpc {
 
@@ -58,15 +59,18 @@ class output_queue {
     const limits& bounds() const noexcept { return limits_; }
 
   private:
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
     // A message_update not yet serialised, which later updates of the same block may join.
     struct open_update {
         message_ptr msg;
         std::string delta;
-        std::size_t block = 0;          // the content block its deltas extend
-        std::size_t block_size = 0;     // that block's text size after the last delta
-        std::size_t content_count = 0;  // blocks of the message then
+        std::size_t block = 0;  // the content block its deltas extend
     };
-    bool try_merge(const message_update_event& u);
+    // The content block `u` extended (npos: not known), from the text sizes of the message's
+    // blocks at its previous update: O(1) while one block grows, O(blocks) when they change.
+    std::size_t locate(const message_update_event& u);
+    void track(const message_ptr& m);  // records the sizes of m's blocks
+    bool try_merge(const message_update_event& u, std::size_t block);
     void freeze();  // serialises the open update into pending_
 
     limits limits_{};
@@ -75,6 +79,9 @@ class output_queue {
     std::size_t in_flight_ = 0;
     std::size_t last_update_line_ = 0;  // bytes of the last message_update line serialised
     std::uint64_t merged_ = 0;
+    message_ptr tracked_;             // the message whose block sizes are recorded
+    std::vector<std::size_t> sizes_;  // text bytes of each of its blocks at the last update
+    std::size_t last_block_ = npos;   // the block of its last update
 };
 
 }  // namespace coagent::rpc
