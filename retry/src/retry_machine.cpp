@@ -39,6 +39,7 @@ void retry_machine::usage_switch_succeeded(agent_end_decision& d) noexcept {
         chain_active_ = true;
         d.revive_attempt_ = 0;
         d.end.reset();
+        d.ending = chain_end::none;
         d.will_retry = true;
     }
     if (d.start) d.start->delay_ms = 0;
@@ -63,6 +64,11 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         if (chain_active_ && attempt_ > 0) {
             std::string why = cancelled ? std::string(retry_cancelled_text) : error_text(last);
             d.end = auto_retry_end_event{false, attempt_, std::move(why)};
+            d.ending = cancelled                                ? chain_end::cancelled_streaming
+                       : c.kind == error_kind::context_overflow ? chain_end::overflowed
+                       : !s.enabled && c.retryable() && last && last->stop == stop_reason::error
+                           ? chain_end::disabled
+                           : chain_end::failed;
         }
         end_chain();
         d.to_compaction = c.kind == error_kind::context_overflow && !cancelled &&
@@ -74,6 +80,7 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     chain_active_ = true;
     if (attempt_ > s.max_retries) {
         d.end = auto_retry_end_event{false, attempt_ - 1, error_text(last)};
+        d.ending = chain_end::exhausted;
         end_chain();
         return d;
     }
@@ -87,6 +94,7 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         d.end = auto_retry_end_event{false, attempt_ - 1,
                                      error_text(last) + " (server asked to wait " +
                                          seconds_text(w.asked_ms) + "s, above retry.maxDelayMs)"};
+        d.ending = chain_end::failed;
         if (d.usage_limit) {
             d.revive_attempt_ = attempt_;
         }
@@ -104,6 +112,7 @@ wait_outcome retry_machine::on_wait_done(bool elapsed) {
     retry_now_ = false;
     if (!fired || cancel_requested_) {
         w.end = auto_retry_end_event{false, attempt_, std::string(retry_cancelled_text)};
+        w.ending = chain_end::cancelled_waiting;
         end_chain();
         return w;
     }

@@ -5,8 +5,6 @@
 #include "support/expected_events.hpp"
 #include "support/session_harness.hpp"
 
-#include <coagent/session/run_step.hpp>
-
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -658,38 +656,6 @@ TEST_CASE("a retried attempt that overflows ends the chain, then compaction",
                                                    "compaction_start", "compaction_end",
                                                    "agent_settled"});
     CHECK(hook->calls == 1);
-}
-
-TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): the decision",
-          "[session][spec-1]") {
-    // decide_after_run() is what finish_run() performs. A retry that started wins over every
-    // compaction reason: an overflow hand-off and a context above the threshold alike.
-    for (bool to_compaction : {false, true})
-        for (bool over : {false, true})
-            for (bool recovered : {false, true}) {
-                after_run_input in;
-                in.will_retry = true;
-                in.to_compaction = to_compaction;
-                in.over_threshold = over;
-                in.overflow_recovered = recovered;
-                CHECK(decide_after_run(in) == after_run::wait);
-            }
-    // the same inputs without the retry do compact: the rule above is what stops them
-    after_run_input in;
-    in.to_compaction = true;
-    CHECK(decide_after_run(in) == after_run::compact_overflow);
-    in.overflow_recovered = true;
-    CHECK(decide_after_run(in) == after_run::overflow_not_recovered);
-    in.compaction_enabled = false;
-    CHECK(decide_after_run(in) == after_run::settle);
-    after_run_input t;
-    t.over_threshold = true;
-    CHECK(decide_after_run(t) == after_run::compact_threshold);
-    t.chain_ended = true;  // a chain that just ended (failed) is not compacted on threshold
-    CHECK(decide_after_run(t) == after_run::settle);
-    t.chain_ended = false;
-    t.abort_requested = true;
-    CHECK(decide_after_run(t) == after_run::settle);
 }
 
 TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): a session",
