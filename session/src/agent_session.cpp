@@ -2,6 +2,8 @@
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/private_files.hpp>
 
+#include "session_parts.hpp"
+
 #include <boost/asio/use_awaitable.hpp>
 
 #include <spdlog/logger.h>
@@ -94,6 +96,33 @@ agent_session::agent_session(session_options o)
 }
 
 agent_session::~agent_session() = default;
+
+agent_session::rare_members& agent_session::rare() {
+    if (!rare_) rare_ = std::make_unique<rare_members>();
+    return *rare_;
+}
+
+std::int64_t agent_session::now_ms() const {
+    return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms();
+}
+
+model_catalog* agent_session::catalog_ptr() const noexcept {
+    return rare_ ? rare_->catalog.get() : nullptr;
+}
+
+const std::optional<std::string>& agent_session::session_name() const noexcept {
+    static const std::optional<std::string> none;
+    return rare_ ? rare_->name : none;
+}
+
+const std::shared_ptr<model_catalog>& agent_session::catalog() const noexcept {
+    static const std::shared_ptr<model_catalog> none;
+    return rare_ ? rare_->catalog : none;
+}
+
+void agent_session::add_extension(std::string path, extension_runner::handler h) {
+    rare().extensions.add(std::move(path), std::move(h));
+}
 
 // ---- events -----------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/compaction.hpp>
 
+#include "session_parts.hpp"
+
 #include <spdlog/logger.h>
 
 #include <boost/json/serialize.hpp>

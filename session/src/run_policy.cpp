@@ -180,7 +180,7 @@ run_action run_policy::on_wait_done(bool elapsed, bool has_queued, event_sink& o
     wait_outcome w = machine_.on_wait_done(elapsed);
     if (w.resume) return make(run_action::kind::run);  // §3.11: the continue is a new run
     out(std::move(*w.end));                            // §5.2
-    fallback_role_.reset();  // the chain is over: no success to report
+    fallback_role_.reset();                            // the chain is over: no success to report
     if (summary_) {
         summary_ = false;
         summary_cancelled_ = true;

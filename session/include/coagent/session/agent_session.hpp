@@ -204,9 +204,7 @@ class agent_session {
     /// The subscription must not outlive the session.
     [[nodiscard]] subscription subscribe(listener l) { return listeners_.add(std::move(l)); }
     /// Adds an in-process extension (gets every event before the listeners).
-    void add_extension(std::string path, extension_runner::handler h) {
-        rare().extensions.add(std::move(path), std::move(h));
-    }
+    void add_extension(std::string path, extension_runner::handler h);
     void register_tool(tool_definition def, tool_function fn);
 
     /// The runtime context (what the next request is built from, before failed replies are
@@ -216,10 +214,7 @@ class agent_session {
     /// Names the session: a session_info{name} entry in its history (the latest one wins on
     /// resume). An I/O failure writing it is returned; the name is kept either way.
     std::error_code set_session_name(std::string name);
-    const std::optional<std::string>& session_name() const noexcept {
-        static const std::optional<std::string> none;
-        return rare_ ? rare_->name : none;
-    }
+    const std::optional<std::string>& session_name() const noexcept;
     model_info model() const { return provider_->model(); }
     /// Switches the model for the next request (one in flight finishes on the old one); a
     /// model_change entry goes to the history; an active model fallback is forgotten.
@@ -228,10 +223,7 @@ class agent_session {
     /// no key).
     std::string set_model(std::string_view provider_name, std::string_view model_id);
     /// The catalog given in session_options (may be null).
-    const std::shared_ptr<model_catalog>& catalog() const noexcept {
-        static const std::shared_ptr<model_catalog> none;
-        return rare_ ? rare_->catalog : none;
-    }
+    const std::shared_ptr<model_catalog>& catalog() const noexcept;
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept { return queue_.size(); }
@@ -262,15 +254,7 @@ class agent_session {
     class observer;
     class policy_events;
     // what the one loop (perform) carries between the policy's actions
-    struct run_state {
-        bool summary = false;                     // a compaction's summary request
-        message_ptr pending;                      // prompt: the user message of the next run
-        std::uint64_t id = 0;                     // prompt: the prompt call that runs
-        std::optional<prompt_result> own_result;  // abort() ended this prompt, then more ran
-        std::string limit_provider;               // the provider of the run's last reply
-        provider_request* request = nullptr;      // summary: the request
-        std::shared_ptr<message> reply;           // summary: its latest reply
-    };
+    struct run_state;  // session/src/session_parts.hpp
     // the session's one loop: performs the run policy's actions until the busy period settles
     // (a prompt) or the summary request's reply is final (a compaction's summary)
     boost::asio::awaitable<void> perform(run_action a, run_state& st);
@@ -321,24 +305,13 @@ class agent_session {
     listener_list<const event&> listeners_;
 
     // what many sessions never set, out of line, created on first use: a parked session stays small
-    struct rare_members {
-        std::shared_ptr<auth_storage> auth;
-        std::shared_ptr<model_catalog> catalog;
-        std::function<std::int64_t()> now_ms;  // empty: wall_clock_ms
-        std::string system_prompt;
-        extension_runner extensions;
-        tool_runner tools;
-        std::optional<std::string> name;
-    };
+    // what many sessions never set, out of line, created on first use (a parked session stays
+    // small); defined in session/src/session_parts.hpp
+    struct rare_members;
     std::unique_ptr<rare_members> rare_;
-    rare_members& rare() {
-        if (!rare_) rare_ = std::make_unique<rare_members>();
-        return *rare_;
-    }
-    std::int64_t now_ms() const {
-        return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms();
-    }
-    model_catalog* catalog_ptr() const noexcept { return rare_ ? rare_->catalog.get() : nullptr; }
+    rare_members& rare();
+    std::int64_t now_ms() const;
+    model_catalog* catalog_ptr() const noexcept;
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
