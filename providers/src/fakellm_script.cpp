@@ -6,19 +6,12 @@
 #include <boost/json/stream_parser.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace coagent::fakellm {
 
 namespace {
 
-[[noreturn]] void step_error(const std::string& source, std::size_t index,
-                             const std::string& what) {
-    throw script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
-}
+using scripted::step_error;
 
 std::string shown(const json::value& v) {
     std::string s = json::serialize(v);
@@ -73,7 +66,7 @@ constexpr std::string_view known_fields[] = {
 
 }  // namespace
 
-script script::parse(std::string_view text, const std::string& source) {
+std::vector<step> syntax::parse_steps(std::string_view text, const std::string& source) {
     json::stream_parser p;
     boost::system::error_code ec;
     const std::size_t consumed = p.write_some(text.data(), text.size(), ec);
@@ -87,7 +80,7 @@ script script::parse(std::string_view text, const std::string& source) {
     if (!v.is_array())
         throw script_error(source + ": the script must be a JSON array of steps, found " +
                            shown(v));
-    script out;
+    std::vector<step> out;
     const auto& arr = v.get_array();
     for (std::size_t i = 0; i < arr.size(); ++i) {
         if (!arr[i].is_object())
@@ -234,19 +227,9 @@ script script::parse(std::string_view text, const std::string& source) {
         if (o.contains("delayMs"))
             s.delay_ms =
                 int_field(o, "delayMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
-        out.steps.push_back(std::move(s));
+        out.push_back(std::move(s));
     }
     return out;
-}
-
-script script::from_argument(const std::string& arg) {
-    const auto first = arg.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && arg[first] == '[') return parse(arg, "<inline>");
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) throw script_error(arg + ": cannot read the script: " + std::strerror(errno));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse(ss.str(), arg);
 }
 
 api api_of_path(std::string_view target) noexcept {
