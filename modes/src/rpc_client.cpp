@@ -1,6 +1,8 @@
 #include <coagent/modes/rpc_client.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 
+#include "line_writer.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -113,8 +115,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     int dispatch_depth = 0;
     bool listeners_dirty = false;
 
-    std::string wpending, wwriting;
-    bool writing = false;
+    std::optional<detail::line_writer<bp::async_pipe>> writer;  // the child's stdin
 
     // ---- spawning (a plain function: no coroutine pitfalls) --------------------------------
 
@@ -126,6 +127,11 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         bp::environment e = boost::this_process::environment();
         for (const auto& [k, v] : env) e[k] = v;
         in = std::make_unique<bp::async_pipe>(io);
+        auto on_written = [weak = weak_from_this()](boost::system::error_code ec) {
+            if (auto self = weak.lock(); self && ec)
+                self->suspect("cannot write to coagent's stdin: " + ec.message());
+        };
+        writer.emplace(*in, std::move(on_written), weak_from_this());
         out = std::make_unique<bp::async_pipe>(io);
         err = std::make_unique<bp::async_pipe>(io);
         std::weak_ptr<impl> weak = weak_from_this();
@@ -270,26 +276,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     // ---- writing ----------------------------------------------------------------------------
 
     void send(std::string line) {
-        wpending += line;
-        if (!writing) start_write();
-    }
-
-    void start_write() {
-        writing = true;
-        wwriting.swap(wpending);
-        wpending.clear();
-        auto self = shared_from_this();
-        asio::async_write(*in, asio::buffer(wwriting),
-                          [self](boost::system::error_code ec, std::size_t) {
-                              self->writing = false;
-                              self->wwriting.clear();
-                              if (ec) {
-                                  self->wpending.clear();
-                                  self->suspect("cannot write to coagent's stdin: " + ec.message());
-                                  return;
-                              }
-                              if (!self->wpending.empty() && !self->ended) self->start_write();
-                          });
+        if (writer) writer->write(std::move(line));
     }
 
     // ---- the end of the child -----------------------------------------------------------
@@ -375,6 +362,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         for (auto& w : settle_waiters) w->fail(e);
         settle_waiters.clear();
         if (ready_waiter) ready_waiter->fail(e);
+        if (writer) writer->stop();
         boost::system::error_code ignored;
         if (in) in->close(ignored);
     }
@@ -390,6 +378,11 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     }
 
     // ---- operations -------------------------------------------------------------------------
+
+    /// The command `c` as a request (rpc::to_json, the codec the server parses with).
+    static asio::awaitable<json::value> call(std::shared_ptr<impl> p, const rpc::command& c);
+    /// A command without fields.
+    static asio::awaitable<json::value> call(std::shared_ptr<impl> p, rpc::command_kind k);
 
     static asio::awaitable<json::value> request(std::shared_ptr<impl> p, json::object cmd,
                                                 std::optional<milliseconds> timeout) {
@@ -533,70 +526,74 @@ asio::awaitable<json::value> rpc_client::request(json::object command,
 
 namespace {
 
-json::object command_of(std::string_view type) {
-    json::object o;
-    o["type"] = type;
-    return o;
+rpc::command command_of(rpc::command_kind kind) {
+    rpc::command c;
+    c.kind = kind;
+    return c;
 }
 
 }  // namespace
 
+asio::awaitable<json::value> rpc_client::impl::call(std::shared_ptr<impl> p,
+                                                    const rpc::command& c) {
+    return request(std::move(p), rpc::to_json(c), std::nullopt);
+}
+
+asio::awaitable<json::value> rpc_client::impl::call(std::shared_ptr<impl> p, rpc::command_kind k) {
+    return call(std::move(p), command_of(k));
+}
+
 asio::awaitable<void> rpc_client::prompt(std::string message, streaming_behavior behavior) {
-    json::object c = command_of("prompt");
-    c["message"] = std::move(message);
-    if (behavior == streaming_behavior::steer) c["streamingBehavior"] = "steer";
-    if (behavior == streaming_behavior::follow_up) c["streamingBehavior"] = "followUp";
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::prompt);
+    c.message = std::move(message);
+    c.behavior = behavior;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::steer(std::string message) {
-    json::object c = command_of("steer");
-    c["message"] = std::move(message);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::steer);
+    c.message = std::move(message);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::follow_up(std::string message) {
-    json::object c = command_of("follow_up");
-    c["message"] = std::move(message);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::follow_up);
+    c.message = std::move(message);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::abort() {
-    json::object c = command_of("abort");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::abort);
 }
 
 asio::awaitable<void> rpc_client::abort_retry() {
-    json::object c = command_of("abort_retry");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::abort_retry);
 }
 
 asio::awaitable<void> rpc_client::retry_now() {
-    json::object c = command_of("retry_now");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::retry_now);
 }
 
 asio::awaitable<void> rpc_client::set_auto_retry(bool enabled) {
-    json::object c = command_of("set_auto_retry");
-    c["enabled"] = enabled;
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_auto_retry);
+    c.enabled = enabled;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::set_auto_compaction(bool enabled) {
-    json::object c = command_of("set_auto_compaction");
-    c["enabled"] = enabled;
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_auto_compaction);
+    c.enabled = enabled;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<json::value> rpc_client::compact(std::optional<std::string> custom_instructions) {
-    json::object c = command_of("compact");
-    if (custom_instructions) c["customInstructions"] = std::move(*custom_instructions);
-    co_return co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::compact);
+    c.custom_instructions = std::move(custom_instructions);
+    co_return co_await impl::call(impl_, c);
 }
 
 asio::awaitable<json::object> rpc_client::get_state() {
-    json::object c = command_of("get_state");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_state);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "get_state",
                         "get_state: data is not an object");
@@ -604,8 +601,7 @@ asio::awaitable<json::object> rpc_client::get_state() {
 }
 
 asio::awaitable<json::array> rpc_client::get_messages() {
-    json::object c = command_of("get_messages");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_messages);
     const json::value* ms = d.is_object() ? d.get_object().if_contains("messages") : nullptr;
     if (!ms || !ms->is_array())
         throw rpc_error(rpc_error::reason::protocol, "get_messages",
@@ -614,25 +610,23 @@ asio::awaitable<json::array> rpc_client::get_messages() {
 }
 
 asio::awaitable<std::optional<std::string>> rpc_client::get_last_assistant_text() {
-    json::object c = command_of("get_last_assistant_text");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_last_assistant_text);
     const json::value* t = d.is_object() ? d.get_object().if_contains("text") : nullptr;
     if (t && t->is_string()) co_return std::string(t->get_string());
     co_return std::nullopt;
 }
 
 asio::awaitable<bool> rpc_client::new_session() {
-    json::object c = command_of("new_session");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::new_session);
     const json::value* x = d.is_object() ? d.get_object().if_contains("cancelled") : nullptr;
     co_return x && x->is_bool() && x->get_bool();
 }
 
 asio::awaitable<json::object> rpc_client::set_model(std::string provider, std::string model_id) {
-    json::object c = command_of("set_model");
-    c["provider"] = std::move(provider);
-    c["modelId"] = std::move(model_id);
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_model);
+    c.provider = std::move(provider);
+    c.model_id = std::move(model_id);
+    json::value d = co_await impl::call(impl_, c);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "set_model",
                         "set_model: data is not an object");
@@ -640,8 +634,7 @@ asio::awaitable<json::object> rpc_client::set_model(std::string provider, std::s
 }
 
 asio::awaitable<json::array> rpc_client::get_available_models() {
-    json::object c = command_of("get_available_models");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_available_models);
     const json::value* ms = d.is_object() ? d.get_object().if_contains("models") : nullptr;
     if (!ms || !ms->is_array())
         throw rpc_error(rpc_error::reason::protocol, "get_available_models",
@@ -650,8 +643,7 @@ asio::awaitable<json::array> rpc_client::get_available_models() {
 }
 
 asio::awaitable<json::object> rpc_client::get_session_stats() {
-    json::object c = command_of("get_session_stats");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_session_stats);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "get_session_stats",
                         "get_session_stats: data is not an object");
@@ -659,9 +651,9 @@ asio::awaitable<json::object> rpc_client::get_session_stats() {
 }
 
 asio::awaitable<void> rpc_client::set_session_name(std::string name) {
-    json::object c = command_of("set_session_name");
-    c["name"] = std::move(name);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_session_name);
+    c.name = std::move(name);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> timeout) {

@@ -3,6 +3,8 @@
 // with its size limit, UTF-8 validation, command parsing into typed values, and the response
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
+#include <coagent/session/agent_session.hpp>  // streaming_behavior
+
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -57,9 +59,6 @@ class line_reader {
 /// points above U+10FFFF are invalid), or nullopt if `s` is valid.
 std::optional<std::size_t> find_invalid_utf8(std::string_view s) noexcept;
 
-/// How a prompt is delivered when the session is busy (`streamingBehavior`).
-enum class delivery { none, steer, follow_up };
-
 enum class command_kind {
     prompt,
     steer,
@@ -87,15 +86,15 @@ std::optional<command_kind> command_from_string(std::string_view s) noexcept;
 /// A parsed, type-checked command. Only the fields of its kind are set.
 struct command {
     command_kind kind = command_kind::get_state;
-    std::optional<json::value> id;                   // echoed as is on the response
-    std::string message;                             // prompt / steer / follow_up
-    delivery behavior = delivery::none;              // prompt: streamingBehavior
-    bool enabled = false;                            // set_auto_retry / set_auto_compaction
-    std::optional<std::string> custom_instructions;  // compact
-    std::optional<std::string> parent_session;       // new_session
-    std::string provider;                            // set_model
-    std::string model_id;                            // set_model
-    std::string name;                                // set_session_name (as sent, not trimmed)
+    std::optional<json::value> id;                           // echoed as is on the response
+    std::string message;                                     // prompt / steer / follow_up
+    streaming_behavior behavior = streaming_behavior::none;  // prompt: streamingBehavior
+    bool enabled = false;                                    // set_auto_retry / set_auto_compaction
+    std::optional<std::string> custom_instructions;          // compact
+    std::optional<std::string> parent_session;               // new_session
+    std::string provider;                                    // set_model
+    std::string model_id;                                    // set_model
+    std::string name;  // set_session_name (as sent, not trimmed)
 };
 
 /// A line that could not be turned into a command: answer it with error_response(id,
@@ -111,6 +110,11 @@ using parse_result = std::variant<command, command_error>;
 /// Parses one input line (UTF-8 checked, JSON, an object with a string `type`, a known
 /// command, its fields type-checked; unknown extra fields are ignored).
 parse_result parse_command(std::string_view line);
+
+/// The command as a request object, the inverse of parse_command: `type`, the fields of its
+/// kind in wire form (`streamingBehavior` only when not none, optional ones only when set),
+/// then `id` when set. rpc_client writes its commands with it.
+json::object to_json(const command& c);
 
 /// The answer to a line over the limit.
 command_error too_long_error(std::size_t size, std::size_t limit);
