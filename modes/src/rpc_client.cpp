@@ -1,7 +1,7 @@
 #include <coagent/modes/rpc_client.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 
-#include "line_writer.hpp"
+#include "rpc_child.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -10,22 +10,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <boost/process/args.hpp>
-#include <boost/process/async.hpp>
-#include <boost/process/async_pipe.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/io.hpp>
 
-#include <sys/wait.h>
 #include <csignal>
 
 namespace coagent {
 
 namespace asio = boost::asio;
-namespace bp = boost::process;
 namespace json = boost::json;
 using std::chrono::milliseconds;
 
@@ -69,33 +59,16 @@ std::string excerpt(std::string_view s, std::size_t n = 200) {
     return std::string(s.substr(0, n)) + "...";
 }
 
-void ignore_sigpipe_if_default() {
-    struct sigaction old {};
-    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
-        std::signal(SIGPIPE, SIG_IGN);
-}
-
 }  // namespace
 
 struct rpc_client::impl : std::enable_shared_from_this<impl> {
-    impl(asio::io_context& io_, rpc_client_options o)
-        : io(io_), opts(o), reader(o.max_line_bytes), grace(io_) {}
+    impl(asio::io_context& io_, rpc_client_options o) : io(io_), opts(o) {}
 
     asio::io_context& io;
     rpc_client_options opts;
-    std::unique_ptr<bp::async_pipe> in, out, err;
-    std::unique_ptr<bp::child> child;
-    int child_pid = 0;
+    std::shared_ptr<detail::rpc_child> child;  // set by start()
     bool started = false;
-    bool spawned = false;
     std::optional<rpc_error> ended;  // set: every operation fails with it
-    std::optional<int> status;       // exit status once seen
-    bool out_eof = false, err_eof = false;
-    std::string suspect_reason;  // first sign of death (stdout EOF, write error)
-    rpc::line_reader reader;
-    asio::steady_timer grace;
-    bool grace_armed = false;
-    std::string err_tail;
 
     std::map<std::string, std::shared_ptr<waiter>> pending;  // by request id
     std::vector<std::shared_ptr<waiter>> settle_waiters;
@@ -115,102 +88,57 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     int dispatch_depth = 0;
     bool listeners_dirty = false;
 
-    std::optional<detail::line_writer<bp::async_pipe>> writer;  // the child's stdin
+    bool spawned() const noexcept { return child && child->spawned(); }
+    std::optional<int> status() const noexcept { return child ? child->status() : std::nullopt; }
 
-    // ---- spawning (a plain function: no coroutine pitfalls) --------------------------------
+    // ---- the child (detail::rpc_child supervises it) ---------------------------------------
 
     void launch(const std::filesystem::path& exe, const std::vector<std::string>& args,
                 const std::map<std::string, std::string>& env) {
-        ignore_sigpipe_if_default();
-        std::vector<std::string> argv{"--mode", "rpc"};
-        argv.insert(argv.end(), args.begin(), args.end());
-        bp::environment e = boost::this_process::environment();
-        for (const auto& [k, v] : env) e[k] = v;
-        in = std::make_unique<bp::async_pipe>(io);
-        auto on_written = [weak = weak_from_this()](boost::system::error_code ec) {
-            if (auto self = weak.lock(); self && ec)
-                self->suspect("cannot write to coagent's stdin: " + ec.message());
-        };
-        writer.emplace(*in, std::move(on_written), weak_from_this());
-        out = std::make_unique<bp::async_pipe>(io);
-        err = std::make_unique<bp::async_pipe>(io);
         std::weak_ptr<impl> weak = weak_from_this();
-        std::function<void(int, const std::error_code&)> on_exit =
-            [weak](int, const std::error_code& ec) {
-                if (auto self = weak.lock()) self->exited(ec);
-            };
-        std::error_code ec;
-        child = std::make_unique<bp::child>(bp::exe = exe.string(), bp::args = argv,
-                                            bp::std_in<*in, bp::std_out> * out, bp::std_err > *err,
-                                            e, io, bp::on_exit = on_exit, ec);
-        if (ec) {
-            ended = rpc_error(rpc_error::reason::spawn_failed, "start",
-                              "cannot start " + exe.string() + ": " + ec.message());
-            throw *ended;
-        }
-        spawned = true;
-        child_pid = child->id();
-        auto self = shared_from_this();
-        auto on_out_done = [self](std::exception_ptr x) {
-            if (x) self->protocol_failure("reading coagent's stdout failed unexpectedly");
+        detail::rpc_child::handlers h;
+        h.on_line = [weak](const rpc::line_reader::item& it) {
+            if (auto self = weak.lock()) self->on_item(it);
         };
-        asio::co_spawn(io, read_stdout(self), std::move(on_out_done));
-        auto on_err_done = [self](std::exception_ptr x) {
-            if (x) {
-                self->err_eof = true;
-                self->check_dead();
+        h.on_stdout_failure = [weak] {
+            if (auto self = weak.lock())
+                self->protocol_failure("reading coagent's stdout failed unexpectedly");
+        };
+        h.on_exit = [weak] {
+            if (auto self = weak.lock()) {
+                for (auto& w : self->exit_waiters) w->complete();
+                self->exit_waiters.clear();
             }
         };
-        asio::co_spawn(io, read_stderr(self), std::move(on_err_done));
+        h.on_death = [weak](const rpc_error& e) {
+            if (auto self = weak.lock()) self->end(e);
+        };
+        child = std::make_shared<detail::rpc_child>(io, opts, std::move(h));
+        try {
+            child->launch(exe, args, env);
+        } catch (const rpc_error& e) {
+            ended = e;
+            throw;
+        }
     }
+
+    void send(std::string line) {
+        if (child) child->write(std::move(line));
+    }
+
+    void kill_now() noexcept {
+        if (child) child->kill();
+    }
+
+    std::string stderr_excerpt() const { return child ? child->stderr_excerpt() : ""; }
 
     // ---- reading ----------------------------------------------------------------------------
-
-    static asio::awaitable<void> read_stdout(std::shared_ptr<impl> p) {
-        std::vector<char> buf(64 * 1024);
-        std::vector<rpc::line_reader::item> items;
-        for (;;) {
-            auto [ec, n] = co_await p->out->async_read_some(asio::buffer(buf),
-                                                            asio::as_tuple(asio::use_awaitable));
-            items.clear();
-            if (n > 0) p->reader.feed(std::string_view(buf.data(), n), items);
-            for (auto& it : items) {
-                if (p->ended && p->ended->why() == rpc_error::reason::protocol) co_return;
-                p->on_item(it);
-            }
-            if (ec) {
-                if (ec == asio::error::eof)
-                    if (auto last = p->reader.finish()) p->on_item(*last);
-                p->out_eof = true;
-                p->suspect(ec == asio::error::eof
-                               ? "coagent closed its stdout"
-                               : "reading coagent's stdout failed: " + ec.message());
-                co_return;
-            }
-        }
-    }
-
-    static asio::awaitable<void> read_stderr(std::shared_ptr<impl> p) {
-        std::vector<char> buf(16 * 1024);
-        for (;;) {
-            auto [ec, n] = co_await p->err->async_read_some(asio::buffer(buf),
-                                                            asio::as_tuple(asio::use_awaitable));
-            p->err_tail.append(buf.data(), n);
-            if (p->err_tail.size() > p->opts.stderr_limit)
-                p->err_tail.erase(0, p->err_tail.size() - p->opts.stderr_limit);
-            if (ec) {
-                p->err_eof = true;
-                p->check_dead();
-                co_return;
-            }
-        }
-    }
 
     void on_item(const rpc::line_reader::item& it) {
         if (it.type == rpc::line_reader::item::kind::too_long) {
             protocol_failure("coagent wrote a line of " + std::to_string(it.size) +
                              " bytes, above max_line_bytes (" +
-                             std::to_string(reader.max_line_bytes()) + ")");
+                             std::to_string(opts.max_line_bytes) + ")");
             return;
         }
         if (it.text.empty()) return;
@@ -273,102 +201,25 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         }
     }
 
-    // ---- writing ----------------------------------------------------------------------------
-
-    void send(std::string line) {
-        if (writer) writer->write(std::move(line));
-    }
-
-    // ---- the end of the child -----------------------------------------------------------
-
-    void exited(const std::error_code& ec) {
-        if (status) return;
-        const int raw = child ? child->native_exit_code() : -1;
-        if (ec || raw < 0)
-            status = -1;
-        else if (WIFEXITED(raw))
-            status = WEXITSTATUS(raw);
-        else if (WIFSIGNALED(raw))
-            status = 128 + WTERMSIG(raw);
-        else
-            status = -1;
-        raw_status = ec ? -1 : raw;
-        for (auto& w : exit_waiters) w->complete();
-        exit_waiters.clear();
-        suspect("coagent exited");
-    }
-    int raw_status = -1;
-
-    /// A sign that the child is gone: the session ends once stdout, stderr and the exit were
-    /// all seen, or after a short grace period (so the error carries the exit status and the
-    /// end of stderr).
-    void suspect(std::string why) {
-        if (suspect_reason.empty()) suspect_reason = std::move(why);
-        if (check_dead() || grace_armed || ended) return;
-        grace_armed = true;
-        grace.expires_after(milliseconds(1000));
-        auto self = shared_from_this();
-        grace.async_wait([self](boost::system::error_code) {
-            if (!self->ended) self->end(self->death_error());
-        });
-    }
-
-    bool check_dead() {
-        if (ended) return true;
-        if (out_eof && err_eof && status) {
-            end(death_error());
-            return true;
-        }
-        return false;
-    }
-
-    std::string exit_text() const {
-        if (!status) return suspect_reason + " (the process is still running)";
-        if (raw_status >= 0 && WIFSIGNALED(raw_status))
-            return "coagent was killed by signal " + std::to_string(WTERMSIG(raw_status));
-        if (*status < 0) return "coagent exited (status unknown)";
-        return "coagent exited with code " + std::to_string(*status);
-    }
-
-    std::string stderr_excerpt() const {
-        if (err_tail.empty()) return "";
-        std::string_view t = err_tail;
-        while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.remove_suffix(1);
-        if (t.size() > 2000) {
-            t = t.substr(t.size() - 2000);
-            while (!t.empty() && (static_cast<unsigned char>(t.front()) & 0xC0) == 0x80)
-                t.remove_prefix(1);
-            return "; stderr (end): ..." + std::string(t);
-        }
-        return "; stderr: " + std::string(t);
-    }
-
-    rpc_error death_error() const {
-        return rpc_error(rpc_error::reason::process_exited, "", exit_text() + stderr_excerpt());
-    }
+    // ---- the end ------------------------------------------------------------------------
 
     void protocol_failure(const std::string& what) {
         if (ended) return;
         end(rpc_error(rpc_error::reason::protocol, "", what));
+        if (child) child->stop_reading();
         kill_now();
     }
 
-    /// Fails every waiting operation with `e`; later operations fail with it too.
+    /// Fails every waiting operation with `e`; later operations fail with it too. The child's
+    /// stdin is closed.
     void end(const rpc_error& e) {
         if (ended) return;
         ended = e;
-        grace.cancel();
         for (auto& [id, w] : pending) w->fail(e);
         for (auto& w : settle_waiters) w->fail(e);
         settle_waiters.clear();
         if (ready_waiter) ready_waiter->fail(e);
-        if (writer) writer->stop();
-        boost::system::error_code ignored;
-        if (in) in->close(ignored);
-    }
-
-    void kill_now() noexcept {
-        if (spawned && !status && child_pid > 0) ::kill(child_pid, SIGKILL);
+        if (child) child->finish();
     }
 
     rpc_error failure_for(const std::string& command) const {
@@ -389,7 +240,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         std::string name = "request";
         if (const auto* t = cmd.if_contains("type"); t && t->is_string())
             name = std::string(t->get_string());
-        if (p->ended || !p->spawned || !p->ready) throw p->failure_for(name);
+        if (p->ended || !p->spawned() || !p->ready) throw p->failure_for(name);
         const std::string id = "req_" + std::to_string(++p->next_id);
         cmd["id"] = id;
         if (name == "prompt" || name == "steer" || name == "follow_up")
@@ -450,15 +301,7 @@ rpc_client::~rpc_client() {
     for (auto& w : p.exit_waiters)
         w->fail(rpc_error(rpc_error::reason::not_running, "stop", "the rpc_client was destroyed"));
     p.exit_waiters.clear();
-    if (p.spawned && !p.status && p.child) {
-        std::error_code ec;
-        p.child->terminate(ec);  // SIGKILL and reap: no zombie left behind
-        p.status = 128 + SIGKILL;
-    }
-    boost::system::error_code ignored;
-    if (p.out) p.out->close(ignored);
-    if (p.err) p.err->close(ignored);
-    p.grace.cancel();
+    if (p.child) p.child->destroy();
     for (auto& l : p.listeners) l.fn = nullptr;
 }
 
@@ -490,8 +333,8 @@ asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
 
 asio::awaitable<int> rpc_client::stop() {
     std::shared_ptr<impl> p = impl_;
-    if (!p->spawned) co_return -1;
-    if (!p->status) {
+    if (!p->spawned()) co_return -1;
+    if (!p->status()) {
         p->end(
             rpc_error(rpc_error::reason::not_running, "", "coagent was stopped"));  // closes stdin
         auto w = std::make_shared<waiter>(p->io.get_executor());
@@ -506,7 +349,7 @@ asio::awaitable<int> rpc_client::stop() {
         }
         if (w->error) throw rpc_error(w->error->why(), "stop", w->error->what());
     }
-    co_return p->status.value_or(-1);
+    co_return p->status().value_or(-1);
 }
 
 void rpc_client::kill() noexcept {
@@ -658,7 +501,7 @@ asio::awaitable<void> rpc_client::set_session_name(std::string name) {
 
 asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> timeout) {
     std::shared_ptr<impl> p = impl_;
-    if (p->ended || !p->spawned) throw p->failure_for("wait_for_settled");
+    if (p->ended || !p->spawned()) throw p->failure_for("wait_for_settled");
     auto w = std::make_shared<waiter>(p->io.get_executor());
     w->target = (p->settle_mark ? *p->settle_mark : p->settled_seen) + 1;
     if (p->settled_seen >= w->target) co_return;
@@ -682,16 +525,16 @@ asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> t
 }
 
 std::string rpc_client::get_stderr() const {
-    return impl_->err_tail;
+    return impl_->child ? impl_->child->stderr_tail() : std::string();
 }
 bool rpc_client::running() const noexcept {
-    return impl_->spawned && !impl_->ended;
+    return impl_->spawned() && !impl_->ended;
 }
 std::optional<int> rpc_client::exit_status() const noexcept {
-    return impl_->status;
+    return impl_->status();
 }
 int rpc_client::pid() const noexcept {
-    return impl_->child_pid;
+    return impl_->child ? impl_->child->pid() : 0;
 }
 
 }  // namespace coagent
