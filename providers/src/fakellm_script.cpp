@@ -265,13 +265,7 @@ std::vector<std::string> split_chunks(std::string_view text, std::optional<int> 
     std::vector<std::string> out;
     if (text.empty()) return out;
     if (!n) {
-        std::size_t pos = 0;
-        while (pos < text.size()) {
-            std::size_t next = text.find(' ', pos + 1);
-            if (next == std::string_view::npos) next = text.size();
-            out.emplace_back(text.substr(pos, next - pos));
-            pos = next;
-        }
+        for (std::string_view w : scripted::split_words(text)) out.emplace_back(w);
         return out;
     }
     const std::size_t parts = static_cast<std::size_t>(std::max(1, *n));

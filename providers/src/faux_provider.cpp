@@ -221,17 +221,7 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
 
     // stream the text word by word; a stall happens halfway
     out.content.emplace_back(text_block{});
-    std::vector<std::string_view> chunks;
-    {
-        std::string_view t = step->text;
-        std::size_t pos = 0;
-        while (pos < t.size()) {
-            std::size_t next = t.find(' ', pos + 1);
-            if (next == std::string_view::npos) next = t.size();
-            chunks.push_back(t.substr(pos, next - pos));
-            pos = next;
-        }
-    }
+    const std::vector<std::string_view> chunks = scripted::split_words(step->text);
     const std::size_t stall_at = chunks.size() / 2;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
         if (i == stall_at && step->stall_ms > 0) {

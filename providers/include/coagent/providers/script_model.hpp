@@ -58,6 +58,20 @@ class cursor {
     int repeat_ = 0;
 };
 
+/// A reply's text as both fakes stream it by default: one word a chunk, each word with the
+/// space before it ("a b" -> "a", " b").
+inline std::vector<std::string_view> split_words(std::string_view text) {
+    std::vector<std::string_view> out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t next = text.find(' ', pos + 1);
+        if (next == std::string_view::npos) next = text.size();
+        out.push_back(text.substr(pos, next - pos));
+        pos = next;
+    }
+    return out;
+}
+
 /// Throws script_error "<source>: step <index + 1>: <what>".
 [[noreturn]] inline void step_error(const std::string& source, std::size_t index,
                                     const std::string& what) {
