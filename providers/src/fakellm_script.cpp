@@ -9,6 +9,8 @@
 
 namespace coagent::fakellm {
 
+namespace json = boost::json;
+
 namespace {
 
 using scripted::step_error;

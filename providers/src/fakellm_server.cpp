@@ -23,6 +23,8 @@
 
 namespace coagent::fakellm {
 
+namespace json = boost::json;
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;

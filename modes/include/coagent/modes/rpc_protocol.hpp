@@ -17,8 +17,6 @@
 
 namespace coagent::rpc {
 
-namespace json = boost::json;
-
 /// The longest input line accepted (bytes, without the LF): 16 MiB.
 inline constexpr std::size_t default_max_line_bytes = std::size_t{16} * 1024 * 1024;
 
@@ -86,7 +84,7 @@ std::optional<command_kind> command_from_string(std::string_view s) noexcept;
 /// A parsed, type-checked command. Only the fields of its kind are set.
 struct command {
     command_kind kind = command_kind::get_state;
-    std::optional<json::value> id;                           // echoed as is on the response
+    std::optional<boost::json::value> id;                    // echoed as is on the response
     std::string message;                                     // prompt / steer / follow_up
     streaming_behavior behavior = streaming_behavior::none;  // prompt: streamingBehavior
     bool enabled = false;                                    // set_auto_retry / set_auto_compaction
@@ -100,7 +98,7 @@ struct command {
 /// A line that could not be turned into a command: answer it with error_response(id,
 /// command, error). `command` is the request's `type` when it was a string, else "parse".
 struct command_error {
-    std::optional<json::value> id;
+    std::optional<boost::json::value> id;
     std::string command;
     std::string error;
 };
@@ -114,20 +112,21 @@ parse_result parse_command(std::string_view line);
 /// The command as a request object, the inverse of parse_command: `type`, the fields of its
 /// kind in wire form (`streamingBehavior` only when not none, optional ones only when set),
 /// then `id` when set. rpc_client writes its commands with it.
-json::object to_json(const command& c);
+boost::json::object to_json(const command& c);
 
 /// The answer to a line over the limit.
 command_error too_long_error(std::size_t size, std::size_t limit);
 
 /// `{"id"?,"type":"response","command":…,"success":true,"data"?:…}`
-json::object success_response(const std::optional<json::value>& id, std::string_view command,
-                              std::optional<json::value> data = std::nullopt);
+boost::json::object success_response(const std::optional<boost::json::value>& id,
+                                     std::string_view command,
+                                     std::optional<boost::json::value> data = std::nullopt);
 /// `{"id"?,"type":"response","command":…,"success":false,"error":…}`
-json::object error_response(const std::optional<json::value>& id, std::string_view command,
-                            std::string_view error);
-json::object error_response(const command_error& e);
+boost::json::object error_response(const std::optional<boost::json::value>& id,
+                                   std::string_view command, std::string_view error);
+boost::json::object error_response(const command_error& e);
 
 /// The object serialised as one line, LF-terminated.
-std::string to_line(const json::object& o);
+std::string to_line(const boost::json::object& o);
 
 }  // namespace coagent::rpc

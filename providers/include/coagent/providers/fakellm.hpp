@@ -32,8 +32,6 @@
 
 namespace coagent::fakellm {
 
-namespace json = boost::json;
-
 /// A fakellm step: the shared script model's step (text, tool call, times, delayMs, stallMs)
 /// and what only the fakellm syntax has.
 struct step : scripted::step_base {
@@ -43,11 +41,11 @@ struct step : scripted::step_base {
     // status
     int status = 200;
     std::vector<std::pair<std::string, std::string>> headers;  // also sent with other kinds
-    std::optional<json::value> body;  // a string is sent as text/plain, else as JSON
+    std::optional<boost::json::value> body;  // a string is sent as text/plain, else as JSON
 
     // text / sse_error (text before the error) / tool_call
-    std::optional<int> chunks;          // split the text (or tool arguments) into N chunks
-    std::optional<json::object> usage;  // {input, output, cacheRead, cacheWrite}
+    std::optional<int> chunks;                 // split the text (or tool arguments) into N chunks
+    std::optional<boost::json::object> usage;  // {input, output, cacheRead, cacheWrite}
     std::optional<int> cut_after_chunks;
     std::optional<int> stall_after_chunks;  // then silence for stall_ms
 
@@ -94,7 +92,7 @@ struct request_record {
 
 /// The --log line of a request: {"request":n,"path":…,"api":…,"authorization":bool,
 /// "x-api-key":bool,"keySuffix":"…"?,"model":…,"stream":bool,"roles":[…],"status":N}.
-json::object to_json(const request_record& r);
+boost::json::object to_json(const request_record& r);
 
 struct server_options {
     script steps;
