@@ -3,6 +3,8 @@
 #include <coagent/providers/models_config.hpp>
 #include <coagent/runtime/json_input.hpp>
 
+#include "line_writer.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -28,18 +30,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-streaming_behavior to_behavior(rpc::delivery d) noexcept {
-    switch (d) {
-        case rpc::delivery::steer:
-            return streaming_behavior::steer;
-        case rpc::delivery::follow_up:
-            return streaming_behavior::follow_up;
-        case rpc::delivery::none:
-            break;
-    }
-    return streaming_behavior::none;
-}
-
 std::string trimmed(std::string_view s) {
     const auto blank = [](char c) {
         return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -61,7 +51,7 @@ class rpc_server {
         : app_(app),
           io_(app.io()),
           in_(io_),
-          out_(io_),
+          out_fd_(io_),
           signals_(io_, SIGINT, SIGTERM),
           log_(std::make_shared<spdlog::logger>(
               "coagent-rpc", std::make_shared<spdlog::sinks::stderr_sink_mt>())) {}
@@ -75,7 +65,7 @@ class rpc_server {
 
         const int out_fd = ::dup(STDOUT_FILENO);
         if (out_fd < 0) throw std::system_error(errno, std::generic_category(), "rpc mode: stdout");
-        out_.assign(out_fd);
+        out_fd_.assign(out_fd);
         json::object ready;
         ready["type"] = "ready";
         write_line(rpc::to_line(ready));
@@ -238,7 +228,7 @@ class rpc_server {
         try {
             switch (c.kind) {
                 case k::prompt: {
-                    const auto b = to_behavior(c.behavior);
+                    const auto b = c.behavior;
                     if (busy() && b == streaming_behavior::none) {
                         fail(c, busy_refusal);
                         return;
@@ -346,14 +336,9 @@ class rpc_server {
     }
 
     void persist(const rpc::command& c, std::string_view key) {
-        auto& store = app_.settings_layers();
-        try {
-            store.set_override(key, json::value(c.enabled));  // for the next new_session too
-            store.persist_global(key, json::value(c.enabled));
-        } catch (const settings_error& e) {
-            fail(c,
-                 std::string(key) + " is now " + (c.enabled ? "true" : "false") +
-                     " for this session, but saving it to the global settings failed: " + e.what());
+        if (const std::string error = app_.override_and_persist(key, c.enabled); !error.empty()) {
+            fail(c, std::string(key) + " is now " + (c.enabled ? "true" : "false") +
+                        " for this session, but saving it to the global settings failed: " + error);
             return;
         }
         ok(c);
@@ -467,44 +452,24 @@ class rpc_server {
 
     /// An event line, written as text straight into the pending output (no DOM, no copy).
     void write_event(const event& e) {
-        if (out_broken_) return;
-        append_json(out_pending_, e);
-        out_pending_.push_back('\n');
-        if (!writing_) start_write();
+        if (out_.stopped()) return;
+        append_json(out_.pending(), e);
+        out_.pending().push_back('\n');
+        out_.flush();
     }
 
-    void write_line(std::string line) {
-        if (out_broken_) return;
-        if (out_pending_.empty())
-            out_pending_ = std::move(line);
-        else
-            out_pending_ += line;
-        if (!writing_) start_write();
-    }
+    void write_line(std::string line) { out_.write(std::move(line)); }
 
-    void start_write() {
-        writing_ = true;
-        out_writing_.swap(out_pending_);
-        out_pending_.clear();
-        asio::async_write(
-            out_, asio::buffer(out_writing_), [this](boost::system::error_code ec, std::size_t) {
-                writing_ = false;
-                out_writing_.clear();
-                if (ec) {
-                    log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
-                    out_broken_ = true;
-                    out_pending_.clear();
-                    // exit 1: the client lost output (a signal's 130 / 143 stays)
-                    if (exit_code_ == 0) exit_code_ = 1;
-                    begin_shutdown(1);
-                    maybe_finish();
-                    return;
-                }
-                if (!out_pending_.empty())
-                    start_write();
-                else
-                    maybe_finish();
-            });
+    void on_written(boost::system::error_code ec) {
+        if (ec) {
+            log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
+            // exit 1: the client lost output (a signal's 130 / 143 stays)
+            if (exit_code_ == 0) exit_code_ = 1;
+            begin_shutdown(1);
+            maybe_finish();
+            return;
+        }
+        if (out_.idle()) maybe_finish();
     }
 
     // ---- shutdown -----------------------------------------------------------------------
@@ -540,7 +505,7 @@ class rpc_server {
     }
 
     void maybe_finish() {
-        if (!shutting_down_ || finished_ || tasks_ > 0 || writing_ || !out_pending_.empty()) return;
+        if (!shutting_down_ || finished_ || tasks_ > 0 || !out_.idle()) return;
         finished_ = true;
         signals_.cancel();
         io_.stop();
@@ -553,15 +518,13 @@ class rpc_server {
     std::shared_ptr<agent_session> session_;
     subscription sub_;
     asio::posix::stream_descriptor in_;
-    asio::posix::stream_descriptor out_;
+    asio::posix::stream_descriptor out_fd_;
     asio::signal_set signals_;
     std::shared_ptr<spdlog::logger> log_;
     rpc::line_reader reader_;
 
-    std::string out_pending_;
-    std::string out_writing_;
-    bool writing_ = false;
-    bool out_broken_ = false;
+    detail::line_writer<asio::posix::stream_descriptor> out_{
+        out_fd_, [this](boost::system::error_code ec) { on_written(ec); }};
 
     int launching_ = 0;  // prompts accepted whose coroutine has not started yet
     int tasks_ = 0;      // prompt coroutines not finished

@@ -1,15 +1,12 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/retry/retry_machine.hpp>
+#include <coagent/runtime/time_math.hpp>
 
 #include <random>
 
 namespace coagent {
 
 namespace {
-
-std::string seconds_text(std::int64_t ms) {
-    return std::to_string(ms <= 0 ? 0 : (ms - 1) / 1000 + 1);  // ceil, as the TUI shows delays
-}
 
 std::string error_text(const message* m) {
     if (m && m->error_message && !m->error_message->empty()) return *m->error_message;
@@ -93,7 +90,8 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     if (w.over_max) {
         d.end = auto_retry_end_event{false, attempt_ - 1,
                                      error_text(last) + " (server asked to wait " +
-                                         seconds_text(w.asked_ms) + "s, above retry.maxDelayMs)"};
+                                         std::to_string(displayed_seconds(w.asked_ms)) +
+                                         "s, above retry.maxDelayMs)"};
         d.ending = chain_end::failed;
         if (d.usage_limit) {
             d.revive_attempt_ = attempt_;

@@ -1081,3 +1081,30 @@ TEST_CASE(
         R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
             std::to_string(tr->timestamp) + "}");
 }
+
+// ---- the script model both fakes play (<coagent/providers/script_model.hpp>) ----------------
+
+TEST_CASE("script model: each step answers 'times' requests, then the script runs out",
+          "[faux][script_model]") {
+    struct test_step : scripted::step_base {};
+    std::vector<test_step> steps(3);
+    steps[0].text = "a";
+    steps[0].times = 2;
+    steps[1].text = "b";
+    steps[2].text = "c";
+    steps[2].times = 3;
+    scripted::cursor c;
+    std::vector<std::string> played;
+    while (const test_step* s = c.next(steps)) played.push_back(s->text);
+    CHECK(played == std::vector<std::string>{"a", "a", "b", "c", "c", "c"});
+    CHECK(c.next(steps) == nullptr);  // and stays out
+    scripted::cursor empty;
+    CHECK(empty.next(std::vector<test_step>{}) == nullptr);
+
+    using words = std::vector<std::string_view>;
+    CHECK(scripted::split_words("") == words{});
+    CHECK(scripted::split_words("one") == words{"one"});
+    CHECK(scripted::split_words("a bc  d") == words{"a", " bc", " ", " d"});
+    CHECK(scripted::split_words(" lead") == words{" lead"});
+    CHECK_THROWS_WITH(scripted::step_error("f.json", 1, "bad"), "f.json: step 2: bad");
+}
