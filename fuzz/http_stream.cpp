@@ -12,6 +12,7 @@
 
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/sse_parser.hpp>
+#include <coagent/runtime/time_math.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -123,6 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (auto hint = hp::retry_hint_from_headers(headers, now)) FUZZ_CHECK(*hint > 0);
     }
     (void)hp::should_retry_header(headers);
-    (void)hp::parse_http_date(text);
+    (void)coagent::parse_http_date(text);
+    (void)coagent::parse_http_date(text, coagent::day_check::up_to_31);
     return 0;
 }

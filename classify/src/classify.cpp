@@ -5,6 +5,8 @@
 
 #include "compiled.hpp"
 
+#include <coagent/runtime/time_math.hpp>
+
 #include <boost/json/string.hpp>
 #include <boost/json/value.hpp>
 
@@ -204,7 +206,7 @@ classification classify(const message& m, const model_info& model, std::int64_t 
         case stop_reason::stop: {
             // Silent overflow (z.ai): the provider accepted more than the window and stopped.
             if (model.context_window > 0 &&
-                detail::sat_add(m.usage.input, m.usage.cache_read) > model.context_window) {
+                sat_add(m.usage.input, m.usage.cache_read) > model.context_window) {
                 classification c;
                 c.kind = error_kind::context_overflow;
                 c.rule = "overflow/silent usage";

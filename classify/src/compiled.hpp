@@ -51,23 +51,4 @@ inline std::string_view view(re2::StringPiece s) {
 std::optional<std::int64_t> retry_hint(const match_result& m, std::string_view text,
                                        std::int64_t now_ms);
 
-inline constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
-inline constexpr std::int64_t int64_min = std::numeric_limits<std::int64_t>::min();
-
-inline std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
-    std::int64_t r;
-    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? int64_max : int64_min;
-    return r;
-}
-inline std::int64_t sat_sub(std::int64_t a, std::int64_t b) noexcept {
-    std::int64_t r;
-    if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? int64_max : int64_min;
-    return r;
-}
-inline std::int64_t sat_mul(std::int64_t a, std::int64_t b) noexcept {
-    std::int64_t r;
-    if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? int64_min : int64_max;
-    return r;
-}
-
 }  // namespace coagent::detail

@@ -1,5 +1,5 @@
 // Retry hints in error texts (policy Appendix A): the forms of the "hint" table, tried in
-// order. Dates are converted by hand with civil-date arithmetic (no locale, no TZ, no timegm);
+// order. Dates are converted with the civil-date arithmetic of <coagent/runtime/time_math.hpp>;
 // every number saturates at int64 limits instead of overflowing.
 
 #include <coagent/classify/classify.hpp>
@@ -7,20 +7,13 @@
 
 #include "compiled.hpp"
 
+#include <coagent/runtime/time_math.hpp>
+
 #include <algorithm>
 #include <array>
 
 namespace coagent {
 namespace {
-
-using detail::sat_add;
-using detail::sat_mul;
-using detail::sat_sub;
-
-constexpr std::int64_t ms_per_second = 1000;
-constexpr std::int64_t ms_per_minute = 60 * ms_per_second;
-constexpr std::int64_t ms_per_hour = 60 * ms_per_minute;
-constexpr std::int64_t ms_per_day = 24 * ms_per_hour;
 
 constexpr bool is_digit(char c) noexcept {
     return c >= '0' && c <= '9';
@@ -60,61 +53,8 @@ std::int64_t scaled_ceil(std::string_view number, std::size_t scale) noexcept {
     return scaled_ceil(number.substr(0, dot), number.substr(dot + 1), scale);
 }
 
-// ---- civil-date arithmetic (proleptic Gregorian, H. Hinnant's days_from_civil) ------------
-
-constexpr bool is_leap(std::int64_t y) noexcept {
-    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
-}
-
-constexpr int days_in_month(std::int64_t y, int m) noexcept {
-    constexpr std::array<int, 12> days{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && is_leap(y) ? 29 : days[static_cast<std::size_t>(m - 1)];
-}
-
-/// Days since 1970-01-01 of y-m-d.
-constexpr std::int64_t days_from_civil(std::int64_t y, int m, int d) noexcept {
-    y -= m <= 2 ? 1 : 0;
-    const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const std::int64_t yoe = y - era * 400;                          // [0, 399]
-    const std::int64_t mp = m > 2 ? m - 3 : m + 9;                   // [0, 11]
-    const std::int64_t doy = (153 * mp + 2) / 5 + d - 1;             // [0, 365]
-    const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;  // [0, 146096]
-    return era * 146097 + doe - 719468;
-}
-static_assert(days_from_civil(1970, 1, 1) == 0);
-static_assert(days_from_civil(2000, 3, 1) == 11017);
-static_assert(days_from_civil(2026, 10, 21) == 20747);
-
-/// Epoch milliseconds of a UTC civil time; nullopt when a field is out of range. A leap
-/// second (ss == 60) is accepted and lands on the next minute.
-std::optional<std::int64_t> civil_ms(std::int64_t y, int mo, int d, int h, int mi, int s) noexcept {
-    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo)) return std::nullopt;
-    if (h > 23 || mi > 59 || s > 60) return std::nullopt;
-    return days_from_civil(y, mo, d) * ms_per_day + h * ms_per_hour + mi * ms_per_minute +
-           s * ms_per_second;
-}
-
 int two(std::string_view s, std::size_t pos) noexcept {
     return (s[pos] - '0') * 10 + (s[pos + 1] - '0');
-}
-
-/// "Wed, 21 Oct 2026 07:28:00 GMT" (the regex guarantees the shape). The weekday is not
-/// checked against the date, as browsers' Date.parse does not either.
-std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept {
-    static constexpr std::array<std::string_view, 12> months{
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"};
-    std::string_view rest = s.substr(5);  // after "Www, "
-    const std::size_t day_len = rest[1] == ' ' ? 1 : 2;
-    const int day = day_len == 1 ? rest[0] - '0' : two(rest, 0);
-    rest = rest.substr(day_len + 1);  // "Oct 2026 07:28:00 GMT"
-    const std::array<char, 3> mon{lower(rest[0]), lower(rest[1]), lower(rest[2])};
-    int month = 0;
-    for (std::size_t i = 0; i < months.size(); ++i) {
-        if (std::string_view(mon.data(), 3) == months[i]) month = static_cast<int>(i) + 1;
-    }
-    if (month == 0) return std::nullopt;
-    const std::int64_t year = parse_uint(rest.substr(4, 4));
-    return civil_ms(year, month, day, two(rest, 9), two(rest, 12), two(rest, 15));
 }
 
 /// "2026-11-29T18:00:00Z", "2026-11-29T18:00Z", "2026-11-29T18:00:00.5+05:30",

@@ -269,4 +269,14 @@ void app_context::restore_recorded_model(agent_session& session) {
     }
 }
 
+std::string app_context::override_and_persist(std::string_view key, bool value) {
+    try {
+        store_.set_override(key, boost::json::value(value));
+        store_.persist_global(key, boost::json::value(value));
+    } catch (const settings_error& e) {
+        return e.what();
+    }
+    return {};
+}
+
 }  // namespace coagent

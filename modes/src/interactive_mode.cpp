@@ -11,6 +11,10 @@
 #include <spdlog/spdlog.h>
 #include <coagent/modes/interactive_mode.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_keys.hpp>
+#include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_screen.hpp>
+#include <coagent/modes/tui_text.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -254,28 +258,6 @@ std::u32string to_u32(std::string_view s) {
     std::u32string out;
     for (std::size_t p = 0; p < s.size();) out.push_back(tui::decode_utf8(s, p));
     return out;
-}
-
-row_style style_of(transcript_item::kind k) {
-    switch (k) {
-        case transcript_item::kind::user:
-            return row_style::user;
-        case transcript_item::kind::assistant:
-            return row_style::assistant;
-        case transcript_item::kind::error:
-            return row_style::error;
-        case transcript_item::kind::notice:
-            return row_style::notice;
-        case transcript_item::kind::tool:
-            return row_style::tool;
-    }
-    return row_style::plain;
-}
-
-std::string_view strip_trailing_newlines(std::string_view s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
-        s.remove_suffix(1);
-    return s;
 }
 
 // ---- the UI ----------------------------------------------------------------------------------
@@ -577,14 +559,7 @@ class interactive_ui {
     /// does.
     void set_auto_retry(bool enabled) {
         session_->set_auto_retry_enabled(enabled);
-        auto& store = app_.settings_layers();
-        std::string error;
-        try {
-            store.set_override("retry.enabled", boost::json::value(enabled));
-            store.persist_global("retry.enabled", boost::json::value(enabled));
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
+        const std::string error = app_.override_and_persist("retry.enabled", enabled);
         ctl_.on_auto_retry_set(enabled, global_settings_path(app_.dir()).string(), error);
     }
 
@@ -669,146 +644,41 @@ class interactive_ui {
     /// reply's last row, which stays in the live region while it can still change.
     void collect(std::vector<screen_row>& commit, std::optional<screen_row>& stream_row,
                  bool finish) {
-        const auto& items = ctl_.transcript();
-        const int w = std::max(width_, 4);
-        while (committed_items_ < items.size()) {
-            const std::size_t i = committed_items_;
-            const transcript_item& item = items[i];
-            const bool streaming = !finish && ctl_.streaming() && i + 1 == items.size();
-            const row_style st = style_of(item.type);
-            const bool user = item.type == transcript_item::kind::user;
-            const int text_w = user ? w - 2 : w;
-            if (!item_started_) {
-                if (i > 0) commit.push_back(screen_row{"", row_style::plain});
-                item_started_ = true;
-                item_offset_ = 0;
-                item_rows_ = 0;
-            }
-            const auto row_of = [&](std::string text) {
-                screen_row r{std::move(text), st};
-                if (user) r.text.insert(0, item_rows_ == 0 ? "> " : "  ");
-                ++item_rows_;
-                return r;
-            };
-            if (streaming) {
-                const std::string_view rest = std::string_view(item.text).substr(item_offset_);
-                auto rows = tui::wrap(rest, text_w, true);
-                for (std::size_t k = 0; k + 1 < rows.size(); ++k)
-                    commit.push_back(row_of(std::move(rows[k].text)));
-                item_offset_ += rows.back().begin;
-                const std::size_t keep = item_rows_;
-                stream_row = row_of(std::move(rows.back().text));
-                item_rows_ = keep;  // the live row is not printed yet
-                return;
-            }
-            const std::string_view text = strip_trailing_newlines(item.text);
-            if (item_offset_ < text.size()) {
-                auto rows = tui::wrap(text.substr(item_offset_), text_w, false);
-                for (auto& r : rows) commit.push_back(row_of(std::move(r.text)));
-            }
-            ++committed_items_;
-            item_started_ = false;
-        }
+        printer_.collect(ctl_.transcript(), !finish && ctl_.streaming(), width_, commit,
+                         stream_row);
     }
 
-    /// Live region: [streaming row] [queued] [loader] [rule] [input…] [status]
-    void compose_live(std::vector<screen_row>& live, const std::optional<screen_row>& stream_row,
-                      int& cursor_row, int& cursor_col) {
-        const int w = std::max(width_, 4);
-        if (stream_row) live.push_back(*stream_row);
-        const auto& q = ctl_.queued();
-        for (std::size_t k = 0; k < q.size() && k < 3; ++k)
-            live.push_back(
-                screen_row{tui::truncate_to_width("Queued: " + q[k], w), row_style::notice});
-        if (q.size() > 3)
-            live.push_back(screen_row{"\u2026 and " + std::to_string(q.size() - 3) + " more queued",
-                                      row_style::notice});
-        const std::string loader = ctl_.loader_text();
-        live.push_back(screen_row{tui::truncate_to_width(loader, w),
-                                  loader.empty() ? row_style::plain : row_style::warning});
-        std::string rule;
-        for (int k = 0; k < w; ++k) rule += "\u2500";
-        live.push_back(screen_row{std::move(rule), row_style::rule});
-
-        // the input: "> " then the text, hard-wrapped, continuation rows indented
-        const std::u32string text = editor_.text();
-        const std::size_t cursor = std::min(editor_.cursor(), text.size());
-        const int avail = std::max(w - 2, 1);
-        std::vector<std::string> rows(1);
-        int cur_w = 0;
-        int crow = 0, ccol = 0;
-        for (std::size_t idx = 0; idx <= text.size(); ++idx) {
-            if (idx == cursor) {
-                if (cur_w >= avail) {
-                    rows.emplace_back();
-                    cur_w = 0;
-                }
-                crow = static_cast<int>(rows.size()) - 1;
-                ccol = cur_w;
-            }
-            if (idx == text.size()) break;
-            const char32_t c = text[idx];
-            if (c == U'\n') {
-                rows.emplace_back();
-                cur_w = 0;
-                continue;
-            }
-            const bool tab = c == U'\t';
-            const int cw = tab ? 4 : tui::char_width(c);
-            if (cur_w + cw > avail && cur_w > 0) {
-                rows.emplace_back();
-                cur_w = 0;
-            }
-            if (tab)
-                rows.back().append("    ");
-            else
-                tui::append_utf8(rows.back(), tui::displayable(c));
-            cur_w += cw;
-        }
-        // keep the region on the screen: show the input rows around the cursor
-        const int fixed = static_cast<int>(live.size()) + 1;
-        const int max_rows = std::max(1, height_ - fixed);
-        int first = 0;
-        if (static_cast<int>(rows.size()) > max_rows)
-            first = std::clamp(crow - max_rows + 1, 0, static_cast<int>(rows.size()) - max_rows);
-        const int last = std::min(static_cast<int>(rows.size()), first + max_rows);
-        cursor_row = static_cast<int>(live.size()) + (crow - first);
-        cursor_col = 2 + ccol;
-        for (int k = first; k < last; ++k)
-            live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
-                                      row_style::input});
-        live.push_back(
-            screen_row{tui::truncate_to_width(ctl_.status_text(), w), row_style::status});
-        // a terminal smaller than the fixed rows: drop from the top, keep the cursor
-        while (static_cast<int>(live.size()) > std::max(height_, 1) && cursor_row > 0) {
-            live.erase(live.begin());
-            --cursor_row;
-        }
+    tui::live_region compose_live(std::optional<screen_row> stream_row) const {
+        tui::live_input in;
+        in.stream_row = std::move(stream_row);
+        in.queued = ctl_.queued();
+        in.loader = ctl_.loader_text();
+        in.status = ctl_.status_text();
+        in.text = editor_.text();
+        in.cursor = editor_.cursor();
+        in.width = width_;
+        in.height = height_;
+        return tui::compose_live(in);
     }
 
     std::string collect_and_render(bool finish) {
         std::vector<screen_row> commit;
         std::optional<screen_row> stream_row;
         collect(commit, stream_row, finish);
-        std::vector<screen_row> live;
-        int crow = 0, ccol = 0;
-        compose_live(live, stream_row, crow, ccol);
-        return screen_->render(commit, live, crow, ccol);
+        const tui::live_region live = compose_live(std::move(stream_row));
+        return screen_->render(commit, live.rows, live.cursor_row, live.cursor_col);
     }
 
     void render(bool full) {
         if (!screen_ || restored_) return;
         std::string out;
         if (full) {
-            committed_items_ = 0;
-            item_started_ = false;
+            printer_.reset();
             std::vector<screen_row> all;
             std::optional<screen_row> stream_row;
             collect(all, stream_row, false);
-            std::vector<screen_row> live;
-            int crow = 0, ccol = 0;
-            compose_live(live, stream_row, crow, ccol);
-            out = screen_->redraw(all, live, crow, ccol);
+            const tui::live_region live = compose_live(std::move(stream_row));
+            out = screen_->redraw(all, live.rows, live.cursor_row, live.cursor_col);
         } else {
             out = collect_and_render(false);
         }
@@ -836,10 +706,7 @@ class interactive_ui {
     bool render_pending_ = false;
 
     int width_ = 80, height_ = 24;
-    std::size_t committed_items_ = 0;  // transcript items printed for good
-    bool item_started_ = false;        // the next item's separator row is printed
-    std::size_t item_offset_ = 0;      // bytes of that item already printed (row starts)
-    std::size_t item_rows_ = 0;        // rows of that item already printed
+    tui::transcript_printer printer_;
 
     int tasks_ = 0;
     bool exiting_ = false;

@@ -1,5 +1,6 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
 
 #include <boost/asio/co_spawn.hpp>

@@ -1,6 +1,8 @@
 #include <coagent/modes/rpc_client.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 
+#include "rpc_child.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -8,22 +10,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <boost/process/args.hpp>
-#include <boost/process/async.hpp>
-#include <boost/process/async_pipe.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/io.hpp>
 
-#include <sys/wait.h>
 #include <csignal>
 
 namespace coagent {
 
 namespace asio = boost::asio;
-namespace bp = boost::process;
 namespace json = boost::json;
 using std::chrono::milliseconds;
 
@@ -67,33 +59,16 @@ std::string excerpt(std::string_view s, std::size_t n = 200) {
     return std::string(s.substr(0, n)) + "...";
 }
 
-void ignore_sigpipe_if_default() {
-    struct sigaction old {};
-    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
-        std::signal(SIGPIPE, SIG_IGN);
-}
-
 }  // namespace
 
 struct rpc_client::impl : std::enable_shared_from_this<impl> {
-    impl(asio::io_context& io_, rpc_client_options o)
-        : io(io_), opts(o), reader(o.max_line_bytes), grace(io_) {}
+    impl(asio::io_context& io_, rpc_client_options o) : io(io_), opts(o) {}
 
     asio::io_context& io;
     rpc_client_options opts;
-    std::unique_ptr<bp::async_pipe> in, out, err;
-    std::unique_ptr<bp::child> child;
-    int child_pid = 0;
+    std::shared_ptr<detail::rpc_child> child;  // set by start()
     bool started = false;
-    bool spawned = false;
     std::optional<rpc_error> ended;  // set: every operation fails with it
-    std::optional<int> status;       // exit status once seen
-    bool out_eof = false, err_eof = false;
-    std::string suspect_reason;  // first sign of death (stdout EOF, write error)
-    rpc::line_reader reader;
-    asio::steady_timer grace;
-    bool grace_armed = false;
-    std::string err_tail;
 
     std::map<std::string, std::shared_ptr<waiter>> pending;  // by request id
     std::vector<std::shared_ptr<waiter>> settle_waiters;
@@ -113,98 +88,57 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     int dispatch_depth = 0;
     bool listeners_dirty = false;
 
-    std::string wpending, wwriting;
-    bool writing = false;
+    bool spawned() const noexcept { return child && child->spawned(); }
+    std::optional<int> status() const noexcept { return child ? child->status() : std::nullopt; }
 
-    // ---- spawning (a plain function: no coroutine pitfalls) --------------------------------
+    // ---- the child (detail::rpc_child supervises it) ---------------------------------------
 
     void launch(const std::filesystem::path& exe, const std::vector<std::string>& args,
                 const std::map<std::string, std::string>& env) {
-        ignore_sigpipe_if_default();
-        std::vector<std::string> argv{"--mode", "rpc"};
-        argv.insert(argv.end(), args.begin(), args.end());
-        bp::environment e = boost::this_process::environment();
-        for (const auto& [k, v] : env) e[k] = v;
-        in = std::make_unique<bp::async_pipe>(io);
-        out = std::make_unique<bp::async_pipe>(io);
-        err = std::make_unique<bp::async_pipe>(io);
         std::weak_ptr<impl> weak = weak_from_this();
-        std::function<void(int, const std::error_code&)> on_exit =
-            [weak](int, const std::error_code& ec) {
-                if (auto self = weak.lock()) self->exited(ec);
-            };
-        std::error_code ec;
-        child = std::make_unique<bp::child>(bp::exe = exe.string(), bp::args = argv,
-                                            bp::std_in<*in, bp::std_out> * out, bp::std_err > *err,
-                                            e, io, bp::on_exit = on_exit, ec);
-        if (ec) {
-            ended = rpc_error(rpc_error::reason::spawn_failed, "start",
-                              "cannot start " + exe.string() + ": " + ec.message());
-            throw *ended;
-        }
-        spawned = true;
-        child_pid = child->id();
-        auto self = shared_from_this();
-        auto on_out_done = [self](std::exception_ptr x) {
-            if (x) self->protocol_failure("reading coagent's stdout failed unexpectedly");
+        detail::rpc_child::handlers h;
+        h.on_line = [weak](const rpc::line_reader::item& it) {
+            if (auto self = weak.lock()) self->on_item(it);
         };
-        asio::co_spawn(io, read_stdout(self), std::move(on_out_done));
-        auto on_err_done = [self](std::exception_ptr x) {
-            if (x) {
-                self->err_eof = true;
-                self->check_dead();
+        h.on_stdout_failure = [weak] {
+            if (auto self = weak.lock())
+                self->protocol_failure("reading coagent's stdout failed unexpectedly");
+        };
+        h.on_exit = [weak] {
+            if (auto self = weak.lock()) {
+                for (auto& w : self->exit_waiters) w->complete();
+                self->exit_waiters.clear();
             }
         };
-        asio::co_spawn(io, read_stderr(self), std::move(on_err_done));
+        h.on_death = [weak](const rpc_error& e) {
+            if (auto self = weak.lock()) self->end(e);
+        };
+        child = std::make_shared<detail::rpc_child>(io, opts, std::move(h));
+        try {
+            child->launch(exe, args, env);
+        } catch (const rpc_error& e) {
+            ended = e;
+            throw;
+        }
     }
+
+    void send(std::string line) {
+        if (child) child->write(std::move(line));
+    }
+
+    void kill_now() noexcept {
+        if (child) child->kill();
+    }
+
+    std::string stderr_excerpt() const { return child ? child->stderr_excerpt() : ""; }
 
     // ---- reading ----------------------------------------------------------------------------
-
-    static asio::awaitable<void> read_stdout(std::shared_ptr<impl> p) {
-        std::vector<char> buf(64 * 1024);
-        std::vector<rpc::line_reader::item> items;
-        for (;;) {
-            auto [ec, n] = co_await p->out->async_read_some(asio::buffer(buf),
-                                                            asio::as_tuple(asio::use_awaitable));
-            items.clear();
-            if (n > 0) p->reader.feed(std::string_view(buf.data(), n), items);
-            for (auto& it : items) {
-                if (p->ended && p->ended->why() == rpc_error::reason::protocol) co_return;
-                p->on_item(it);
-            }
-            if (ec) {
-                if (ec == asio::error::eof)
-                    if (auto last = p->reader.finish()) p->on_item(*last);
-                p->out_eof = true;
-                p->suspect(ec == asio::error::eof
-                               ? "coagent closed its stdout"
-                               : "reading coagent's stdout failed: " + ec.message());
-                co_return;
-            }
-        }
-    }
-
-    static asio::awaitable<void> read_stderr(std::shared_ptr<impl> p) {
-        std::vector<char> buf(16 * 1024);
-        for (;;) {
-            auto [ec, n] = co_await p->err->async_read_some(asio::buffer(buf),
-                                                            asio::as_tuple(asio::use_awaitable));
-            p->err_tail.append(buf.data(), n);
-            if (p->err_tail.size() > p->opts.stderr_limit)
-                p->err_tail.erase(0, p->err_tail.size() - p->opts.stderr_limit);
-            if (ec) {
-                p->err_eof = true;
-                p->check_dead();
-                co_return;
-            }
-        }
-    }
 
     void on_item(const rpc::line_reader::item& it) {
         if (it.type == rpc::line_reader::item::kind::too_long) {
             protocol_failure("coagent wrote a line of " + std::to_string(it.size) +
                              " bytes, above max_line_bytes (" +
-                             std::to_string(reader.max_line_bytes()) + ")");
+                             std::to_string(opts.max_line_bytes) + ")");
             return;
         }
         if (it.text.empty()) return;
@@ -267,120 +201,25 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         }
     }
 
-    // ---- writing ----------------------------------------------------------------------------
-
-    void send(std::string line) {
-        wpending += line;
-        if (!writing) start_write();
-    }
-
-    void start_write() {
-        writing = true;
-        wwriting.swap(wpending);
-        wpending.clear();
-        auto self = shared_from_this();
-        asio::async_write(*in, asio::buffer(wwriting),
-                          [self](boost::system::error_code ec, std::size_t) {
-                              self->writing = false;
-                              self->wwriting.clear();
-                              if (ec) {
-                                  self->wpending.clear();
-                                  self->suspect("cannot write to coagent's stdin: " + ec.message());
-                                  return;
-                              }
-                              if (!self->wpending.empty() && !self->ended) self->start_write();
-                          });
-    }
-
-    // ---- the end of the child -----------------------------------------------------------
-
-    void exited(const std::error_code& ec) {
-        if (status) return;
-        const int raw = child ? child->native_exit_code() : -1;
-        if (ec || raw < 0)
-            status = -1;
-        else if (WIFEXITED(raw))
-            status = WEXITSTATUS(raw);
-        else if (WIFSIGNALED(raw))
-            status = 128 + WTERMSIG(raw);
-        else
-            status = -1;
-        raw_status = ec ? -1 : raw;
-        for (auto& w : exit_waiters) w->complete();
-        exit_waiters.clear();
-        suspect("coagent exited");
-    }
-    int raw_status = -1;
-
-    /// A sign that the child is gone: the session ends once stdout, stderr and the exit were
-    /// all seen, or after a short grace period (so the error carries the exit status and the
-    /// end of stderr).
-    void suspect(std::string why) {
-        if (suspect_reason.empty()) suspect_reason = std::move(why);
-        if (check_dead() || grace_armed || ended) return;
-        grace_armed = true;
-        grace.expires_after(milliseconds(1000));
-        auto self = shared_from_this();
-        grace.async_wait([self](boost::system::error_code) {
-            if (!self->ended) self->end(self->death_error());
-        });
-    }
-
-    bool check_dead() {
-        if (ended) return true;
-        if (out_eof && err_eof && status) {
-            end(death_error());
-            return true;
-        }
-        return false;
-    }
-
-    std::string exit_text() const {
-        if (!status) return suspect_reason + " (the process is still running)";
-        if (raw_status >= 0 && WIFSIGNALED(raw_status))
-            return "coagent was killed by signal " + std::to_string(WTERMSIG(raw_status));
-        if (*status < 0) return "coagent exited (status unknown)";
-        return "coagent exited with code " + std::to_string(*status);
-    }
-
-    std::string stderr_excerpt() const {
-        if (err_tail.empty()) return "";
-        std::string_view t = err_tail;
-        while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.remove_suffix(1);
-        if (t.size() > 2000) {
-            t = t.substr(t.size() - 2000);
-            while (!t.empty() && (static_cast<unsigned char>(t.front()) & 0xC0) == 0x80)
-                t.remove_prefix(1);
-            return "; stderr (end): ..." + std::string(t);
-        }
-        return "; stderr: " + std::string(t);
-    }
-
-    rpc_error death_error() const {
-        return rpc_error(rpc_error::reason::process_exited, "", exit_text() + stderr_excerpt());
-    }
+    // ---- the end ------------------------------------------------------------------------
 
     void protocol_failure(const std::string& what) {
         if (ended) return;
         end(rpc_error(rpc_error::reason::protocol, "", what));
+        if (child) child->stop_reading();
         kill_now();
     }
 
-    /// Fails every waiting operation with `e`; later operations fail with it too.
+    /// Fails every waiting operation with `e`; later operations fail with it too. The child's
+    /// stdin is closed.
     void end(const rpc_error& e) {
         if (ended) return;
         ended = e;
-        grace.cancel();
         for (auto& [id, w] : pending) w->fail(e);
         for (auto& w : settle_waiters) w->fail(e);
         settle_waiters.clear();
         if (ready_waiter) ready_waiter->fail(e);
-        boost::system::error_code ignored;
-        if (in) in->close(ignored);
-    }
-
-    void kill_now() noexcept {
-        if (spawned && !status && child_pid > 0) ::kill(child_pid, SIGKILL);
+        if (child) child->finish();
     }
 
     rpc_error failure_for(const std::string& command) const {
@@ -391,12 +230,17 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
 
     // ---- operations -------------------------------------------------------------------------
 
+    /// The command `c` as a request (rpc::to_json, the codec the server parses with).
+    static asio::awaitable<json::value> call(std::shared_ptr<impl> p, const rpc::command& c);
+    /// A command without fields.
+    static asio::awaitable<json::value> call(std::shared_ptr<impl> p, rpc::command_kind k);
+
     static asio::awaitable<json::value> request(std::shared_ptr<impl> p, json::object cmd,
                                                 std::optional<milliseconds> timeout) {
         std::string name = "request";
         if (const auto* t = cmd.if_contains("type"); t && t->is_string())
             name = std::string(t->get_string());
-        if (p->ended || !p->spawned || !p->ready) throw p->failure_for(name);
+        if (p->ended || !p->spawned() || !p->ready) throw p->failure_for(name);
         const std::string id = "req_" + std::to_string(++p->next_id);
         cmd["id"] = id;
         if (name == "prompt" || name == "steer" || name == "follow_up")
@@ -457,15 +301,7 @@ rpc_client::~rpc_client() {
     for (auto& w : p.exit_waiters)
         w->fail(rpc_error(rpc_error::reason::not_running, "stop", "the rpc_client was destroyed"));
     p.exit_waiters.clear();
-    if (p.spawned && !p.status && p.child) {
-        std::error_code ec;
-        p.child->terminate(ec);  // SIGKILL and reap: no zombie left behind
-        p.status = 128 + SIGKILL;
-    }
-    boost::system::error_code ignored;
-    if (p.out) p.out->close(ignored);
-    if (p.err) p.err->close(ignored);
-    p.grace.cancel();
+    if (p.child) p.child->destroy();
     for (auto& l : p.listeners) l.fn = nullptr;
 }
 
@@ -497,8 +333,8 @@ asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
 
 asio::awaitable<int> rpc_client::stop() {
     std::shared_ptr<impl> p = impl_;
-    if (!p->spawned) co_return -1;
-    if (!p->status) {
+    if (!p->spawned()) co_return -1;
+    if (!p->status()) {
         p->end(
             rpc_error(rpc_error::reason::not_running, "", "coagent was stopped"));  // closes stdin
         auto w = std::make_shared<waiter>(p->io.get_executor());
@@ -513,7 +349,7 @@ asio::awaitable<int> rpc_client::stop() {
         }
         if (w->error) throw rpc_error(w->error->why(), "stop", w->error->what());
     }
-    co_return p->status.value_or(-1);
+    co_return p->status().value_or(-1);
 }
 
 void rpc_client::kill() noexcept {
@@ -533,70 +369,74 @@ asio::awaitable<json::value> rpc_client::request(json::object command,
 
 namespace {
 
-json::object command_of(std::string_view type) {
-    json::object o;
-    o["type"] = type;
-    return o;
+rpc::command command_of(rpc::command_kind kind) {
+    rpc::command c;
+    c.kind = kind;
+    return c;
 }
 
 }  // namespace
 
+asio::awaitable<json::value> rpc_client::impl::call(std::shared_ptr<impl> p,
+                                                    const rpc::command& c) {
+    return request(std::move(p), rpc::to_json(c), std::nullopt);
+}
+
+asio::awaitable<json::value> rpc_client::impl::call(std::shared_ptr<impl> p, rpc::command_kind k) {
+    return call(std::move(p), command_of(k));
+}
+
 asio::awaitable<void> rpc_client::prompt(std::string message, streaming_behavior behavior) {
-    json::object c = command_of("prompt");
-    c["message"] = std::move(message);
-    if (behavior == streaming_behavior::steer) c["streamingBehavior"] = "steer";
-    if (behavior == streaming_behavior::follow_up) c["streamingBehavior"] = "followUp";
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::prompt);
+    c.message = std::move(message);
+    c.behavior = behavior;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::steer(std::string message) {
-    json::object c = command_of("steer");
-    c["message"] = std::move(message);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::steer);
+    c.message = std::move(message);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::follow_up(std::string message) {
-    json::object c = command_of("follow_up");
-    c["message"] = std::move(message);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::follow_up);
+    c.message = std::move(message);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::abort() {
-    json::object c = command_of("abort");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::abort);
 }
 
 asio::awaitable<void> rpc_client::abort_retry() {
-    json::object c = command_of("abort_retry");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::abort_retry);
 }
 
 asio::awaitable<void> rpc_client::retry_now() {
-    json::object c = command_of("retry_now");
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    co_await impl::call(impl_, rpc::command_kind::retry_now);
 }
 
 asio::awaitable<void> rpc_client::set_auto_retry(bool enabled) {
-    json::object c = command_of("set_auto_retry");
-    c["enabled"] = enabled;
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_auto_retry);
+    c.enabled = enabled;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::set_auto_compaction(bool enabled) {
-    json::object c = command_of("set_auto_compaction");
-    c["enabled"] = enabled;
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_auto_compaction);
+    c.enabled = enabled;
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<json::value> rpc_client::compact(std::optional<std::string> custom_instructions) {
-    json::object c = command_of("compact");
-    if (custom_instructions) c["customInstructions"] = std::move(*custom_instructions);
-    co_return co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::compact);
+    c.custom_instructions = std::move(custom_instructions);
+    co_return co_await impl::call(impl_, c);
 }
 
 asio::awaitable<json::object> rpc_client::get_state() {
-    json::object c = command_of("get_state");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_state);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "get_state",
                         "get_state: data is not an object");
@@ -604,8 +444,7 @@ asio::awaitable<json::object> rpc_client::get_state() {
 }
 
 asio::awaitable<json::array> rpc_client::get_messages() {
-    json::object c = command_of("get_messages");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_messages);
     const json::value* ms = d.is_object() ? d.get_object().if_contains("messages") : nullptr;
     if (!ms || !ms->is_array())
         throw rpc_error(rpc_error::reason::protocol, "get_messages",
@@ -614,25 +453,23 @@ asio::awaitable<json::array> rpc_client::get_messages() {
 }
 
 asio::awaitable<std::optional<std::string>> rpc_client::get_last_assistant_text() {
-    json::object c = command_of("get_last_assistant_text");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_last_assistant_text);
     const json::value* t = d.is_object() ? d.get_object().if_contains("text") : nullptr;
     if (t && t->is_string()) co_return std::string(t->get_string());
     co_return std::nullopt;
 }
 
 asio::awaitable<bool> rpc_client::new_session() {
-    json::object c = command_of("new_session");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::new_session);
     const json::value* x = d.is_object() ? d.get_object().if_contains("cancelled") : nullptr;
     co_return x && x->is_bool() && x->get_bool();
 }
 
 asio::awaitable<json::object> rpc_client::set_model(std::string provider, std::string model_id) {
-    json::object c = command_of("set_model");
-    c["provider"] = std::move(provider);
-    c["modelId"] = std::move(model_id);
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_model);
+    c.provider = std::move(provider);
+    c.model_id = std::move(model_id);
+    json::value d = co_await impl::call(impl_, c);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "set_model",
                         "set_model: data is not an object");
@@ -640,8 +477,7 @@ asio::awaitable<json::object> rpc_client::set_model(std::string provider, std::s
 }
 
 asio::awaitable<json::array> rpc_client::get_available_models() {
-    json::object c = command_of("get_available_models");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_available_models);
     const json::value* ms = d.is_object() ? d.get_object().if_contains("models") : nullptr;
     if (!ms || !ms->is_array())
         throw rpc_error(rpc_error::reason::protocol, "get_available_models",
@@ -650,8 +486,7 @@ asio::awaitable<json::array> rpc_client::get_available_models() {
 }
 
 asio::awaitable<json::object> rpc_client::get_session_stats() {
-    json::object c = command_of("get_session_stats");
-    json::value d = co_await impl::request(impl_, std::move(c), std::nullopt);
+    json::value d = co_await impl::call(impl_, rpc::command_kind::get_session_stats);
     if (!d.is_object())
         throw rpc_error(rpc_error::reason::protocol, "get_session_stats",
                         "get_session_stats: data is not an object");
@@ -659,14 +494,14 @@ asio::awaitable<json::object> rpc_client::get_session_stats() {
 }
 
 asio::awaitable<void> rpc_client::set_session_name(std::string name) {
-    json::object c = command_of("set_session_name");
-    c["name"] = std::move(name);
-    co_await impl::request(impl_, std::move(c), std::nullopt);
+    rpc::command c = command_of(rpc::command_kind::set_session_name);
+    c.name = std::move(name);
+    co_await impl::call(impl_, c);
 }
 
 asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> timeout) {
     std::shared_ptr<impl> p = impl_;
-    if (p->ended || !p->spawned) throw p->failure_for("wait_for_settled");
+    if (p->ended || !p->spawned()) throw p->failure_for("wait_for_settled");
     auto w = std::make_shared<waiter>(p->io.get_executor());
     w->target = (p->settle_mark ? *p->settle_mark : p->settled_seen) + 1;
     if (p->settled_seen >= w->target) co_return;
@@ -690,16 +525,16 @@ asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> t
 }
 
 std::string rpc_client::get_stderr() const {
-    return impl_->err_tail;
+    return impl_->child ? impl_->child->stderr_tail() : std::string();
 }
 bool rpc_client::running() const noexcept {
-    return impl_->spawned && !impl_->ended;
+    return impl_->spawned() && !impl_->ended;
 }
 std::optional<int> rpc_client::exit_status() const noexcept {
-    return impl_->status;
+    return impl_->status();
 }
 int rpc_client::pid() const noexcept {
-    return impl_->child_pid;
+    return impl_->child ? impl_->child->pid() : 0;
 }
 
 }  // namespace coagent

@@ -4,6 +4,8 @@
 #include <coagent/providers/models_config.hpp>
 #include <coagent/runtime/json_input.hpp>
 
+#include "line_writer.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -30,18 +32,6 @@ namespace coagent {
 namespace asio = boost::asio;
 
 namespace {
-
-streaming_behavior to_behavior(rpc::delivery d) noexcept {
-    switch (d) {
-        case rpc::delivery::steer:
-            return streaming_behavior::steer;
-        case rpc::delivery::follow_up:
-            return streaming_behavior::follow_up;
-        case rpc::delivery::none:
-            break;
-    }
-    return streaming_behavior::none;
-}
 
 // The output queue's bounds; COAGENT_RPC_OUTPUT_BOUNDS="<merge>,<pause>" (bytes) is a test aid
 // (docs/rpc.md "Output").
@@ -81,7 +71,7 @@ class rpc_server {
         : app_(app),
           io_(app.io()),
           in_(io_),
-          out_(io_),
+          out_fd_(io_),
           signals_(io_, SIGINT, SIGTERM),
           log_(std::make_shared<spdlog::logger>(
               "coagent-rpc", std::make_shared<spdlog::sinks::stderr_sink_mt>())) {}
@@ -95,7 +85,7 @@ class rpc_server {
 
         const int out_fd = ::dup(STDOUT_FILENO);
         if (out_fd < 0) throw std::system_error(errno, std::generic_category(), "rpc mode: stdout");
-        out_.assign(out_fd);
+        out_fd_.assign(out_fd);
         json::object ready;
         ready["type"] = "ready";
         write_line(rpc::to_line(ready));
@@ -208,7 +198,7 @@ class rpc_server {
         std::vector<char> buf(64 * 1024);
         std::vector<rpc::line_reader::item> items;
         for (;;) {
-            while (out_queue_.over_pause() && !shutting_down_ && !out_broken_) {
+            while (out_.queue().over_pause() && !shutting_down_ && !out_.stopped()) {
                 // docs/rpc.md "Output": stdin is not read while the output queue is full
                 input_resume_.expires_at(asio::steady_timer::time_point::max());
                 co_await input_resume_.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -264,7 +254,7 @@ class rpc_server {
         try {
             switch (c.kind) {
                 case k::prompt: {
-                    const auto b = to_behavior(c.behavior);
+                    const auto b = c.behavior;
                     if (busy() && b == streaming_behavior::none) {
                         fail(c, busy_refusal);
                         return;
@@ -372,14 +362,9 @@ class rpc_server {
     }
 
     void persist(const rpc::command& c, std::string_view key) {
-        auto& store = app_.settings_layers();
-        try {
-            store.set_override(key, json::value(c.enabled));  // for the next new_session too
-            store.persist_global(key, json::value(c.enabled));
-        } catch (const settings_error& e) {
-            fail(c,
-                 std::string(key) + " is now " + (c.enabled ? "true" : "false") +
-                     " for this session, but saving it to the global settings failed: " + e.what());
+        if (const std::string error = app_.override_and_persist(key, c.enabled); !error.empty()) {
+            fail(c, std::string(key) + " is now " + (c.enabled ? "true" : "false") +
+                        " for this session, but saving it to the global settings failed: " + error);
             return;
         }
         ok(c);
@@ -493,41 +478,28 @@ class rpc_server {
 
     /// An event line, written as text straight into the pending output (no DOM, no copy).
     void write_event(const event& e) {
-        if (out_broken_) return;
-        out_queue_.push_event(e);  // merges message_updates above its bound
-        if (!writing_) start_write();
+        if (out_.stopped()) return;
+        out_.queue().push_event(e);  // merges message_updates above its bound
+        out_.flush();
     }
 
     void write_line(std::string line) {
-        if (out_broken_) return;
-        out_queue_.push_line(line);
-        if (!writing_) start_write();
+        if (out_.stopped()) return;
+        out_.queue().push_line(line);
+        out_.flush();
     }
 
-    void start_write() {
-        writing_ = true;
-        out_queue_.take(out_writing_);
-        asio::async_write(
-            out_, asio::buffer(out_writing_), [this](boost::system::error_code ec, std::size_t) {
-                writing_ = false;
-                out_writing_.clear();
-                out_queue_.written();
-                if (!out_queue_.over_pause()) input_resume_.cancel();  // backpressure over
-                if (ec) {
-                    log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
-                    out_broken_ = true;
-                    out_queue_.clear();
-                    // exit 1: the client lost output (a signal's 130 / 143 stays)
-                    if (exit_code_ == 0) exit_code_ = 1;
-                    begin_shutdown(1);
-                    maybe_finish();
-                    return;
-                }
-                if (out_queue_.has_pending())
-                    start_write();
-                else
-                    maybe_finish();
-            });
+    void on_written(boost::system::error_code ec) {
+        if (!out_.queue().over_pause()) input_resume_.cancel();  // backpressure over
+        if (ec) {
+            log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
+            // exit 1: the client lost output (a signal's 130 / 143 stays)
+            if (exit_code_ == 0) exit_code_ = 1;
+            begin_shutdown(1);
+            maybe_finish();
+            return;
+        }
+        if (out_.idle()) maybe_finish();
     }
 
     // ---- shutdown -----------------------------------------------------------------------
@@ -564,8 +536,7 @@ class rpc_server {
     }
 
     void maybe_finish() {
-        if (!shutting_down_ || finished_ || tasks_ > 0 || writing_ || out_queue_.has_pending())
-            return;
+        if (!shutting_down_ || finished_ || tasks_ > 0 || !out_.idle()) return;
         finished_ = true;
         signals_.cancel();
         io_.stop();
@@ -578,16 +549,14 @@ class rpc_server {
     std::shared_ptr<agent_session> session_;
     subscription sub_;
     asio::posix::stream_descriptor in_;
-    asio::posix::stream_descriptor out_;
+    asio::posix::stream_descriptor out_fd_;
     asio::signal_set signals_;
     std::shared_ptr<spdlog::logger> log_;
     rpc::line_reader reader_;
 
-    rpc::output_queue out_queue_{output_limits()};
-    std::string out_writing_;
+    detail::line_writer<asio::posix::stream_descriptor, rpc::output_queue> out_{
+        out_fd_, [this](boost::system::error_code ec) { on_written(ec); }, {}, output_limits()};
     asio::steady_timer input_resume_{io_};  // backpressure: stdin waits while output is queued
-    bool writing_ = false;
-    bool out_broken_ = false;
 
     int launching_ = 0;  // prompts accepted whose coroutine has not started yet
     int tasks_ = 0;      // prompt coroutines not finished

@@ -293,9 +293,9 @@ parse_result parse_command(std::string_view line) {
             f.no_images();
             if (auto b = f.optional_string("streamingBehavior")) {
                 if (*b == "steer")
-                    c.behavior = delivery::steer;
+                    c.behavior = streaming_behavior::steer;
                 else if (*b == "followUp")
-                    c.behavior = delivery::follow_up;
+                    c.behavior = streaming_behavior::follow_up;
                 else
                     f.fail("Field \"streamingBehavior\" must be \"steer\" or \"followUp\", found " +
                            shown(o.at("streamingBehavior")));
@@ -336,6 +336,29 @@ parse_result parse_command(std::string_view line) {
     }
     if (f.error) return command_error{c.id, name, std::move(*f.error)};
     return c;
+}
+
+json::object to_json(const command& c) {
+    using k = command_kind;
+    json::object o;
+    o["type"] = to_string(c.kind);
+    if (c.kind == k::prompt || c.kind == k::steer || c.kind == k::follow_up)
+        o["message"] = c.message;
+    if (c.kind == k::prompt && c.behavior == streaming_behavior::steer)
+        o["streamingBehavior"] = "steer";
+    if (c.kind == k::prompt && c.behavior == streaming_behavior::follow_up)
+        o["streamingBehavior"] = "followUp";
+    if (c.kind == k::set_auto_retry || c.kind == k::set_auto_compaction) o["enabled"] = c.enabled;
+    if (c.kind == k::compact && c.custom_instructions)
+        o["customInstructions"] = *c.custom_instructions;
+    if (c.kind == k::new_session && c.parent_session) o["parentSession"] = *c.parent_session;
+    if (c.kind == k::set_model) {
+        o["provider"] = c.provider;
+        o["modelId"] = c.model_id;
+    }
+    if (c.kind == k::set_session_name) o["name"] = c.name;
+    if (c.id) o["id"] = *c.id;
+    return o;
 }
 
 command_error too_long_error(std::size_t size, std::size_t limit) {

@@ -1,14 +1,11 @@
 #include <coagent/modes/wait_text.hpp>
+#include <coagent/runtime/time_math.hpp>
 
 #include <algorithm>
 
 namespace coagent {
 
 namespace {
-
-constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
-    return a / b + (a % b != 0);  // a >= 0: no overflow
-}
 
 // the largest wait (ms) of each form: tenths, seconds, minutes + seconds, hours + minutes
 constexpr std::int64_t tenths_up_to = 900;
@@ -26,7 +23,7 @@ std::string two_units(std::int64_t big, const char* big_unit, std::int64_t small
 std::string format_wait(std::int64_t ms) {
     if (ms <= 0) return "0s";
     if (ms <= tenths_up_to) return "0." + std::to_string(ceil_div(ms, 100)) + "s";
-    const std::int64_t s = ceil_div(ms, 1000);
+    const std::int64_t s = displayed_seconds(ms);
     if (ms <= seconds_up_to) return std::to_string(s) + "s";
     if (ms <= minutes_up_to) return two_units(s / 60, "m", s % 60, "s");
     if (ms <= hours_up_to) {

@@ -6,19 +6,14 @@
 #include <boost/json/stream_parser.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace coagent::fakellm {
 
+namespace json = boost::json;
+
 namespace {
 
-[[noreturn]] void step_error(const std::string& source, std::size_t index,
-                             const std::string& what) {
-    throw script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
-}
+using scripted::step_error;
 
 std::string shown(const json::value& v) {
     std::string s = json::serialize(v);
@@ -73,7 +68,7 @@ constexpr std::string_view known_fields[] = {
 
 }  // namespace
 
-script script::parse(std::string_view text, const std::string& source) {
+std::vector<step> syntax::parse_steps(std::string_view text, const std::string& source) {
     json::stream_parser p;
     boost::system::error_code ec;
     const std::size_t consumed = p.write_some(text.data(), text.size(), ec);
@@ -87,7 +82,7 @@ script script::parse(std::string_view text, const std::string& source) {
     if (!v.is_array())
         throw script_error(source + ": the script must be a JSON array of steps, found " +
                            shown(v));
-    script out;
+    std::vector<step> out;
     const auto& arr = v.get_array();
     for (std::size_t i = 0; i < arr.size(); ++i) {
         if (!arr[i].is_object())
@@ -234,19 +229,9 @@ script script::parse(std::string_view text, const std::string& source) {
         if (o.contains("delayMs"))
             s.delay_ms =
                 int_field(o, "delayMs", 0, INT64_MAX / 2, source, i, "a non-negative integer");
-        out.steps.push_back(std::move(s));
+        out.push_back(std::move(s));
     }
     return out;
-}
-
-script script::from_argument(const std::string& arg) {
-    const auto first = arg.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && arg[first] == '[') return parse(arg, "<inline>");
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) throw script_error(arg + ": cannot read the script: " + std::strerror(errno));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse(ss.str(), arg);
 }
 
 api api_of_path(std::string_view target) noexcept {
@@ -282,13 +267,7 @@ std::vector<std::string> split_chunks(std::string_view text, std::optional<int> 
     std::vector<std::string> out;
     if (text.empty()) return out;
     if (!n) {
-        std::size_t pos = 0;
-        while (pos < text.size()) {
-            std::size_t next = text.find(' ', pos + 1);
-            if (next == std::string_view::npos) next = text.size();
-            out.emplace_back(text.substr(pos, next - pos));
-            pos = next;
-        }
+        for (std::string_view w : scripted::split_words(text)) out.emplace_back(w);
         return out;
     }
     const std::size_t parts = static_cast<std::size_t>(std::max(1, *n));

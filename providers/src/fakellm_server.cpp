@@ -23,6 +23,8 @@
 
 namespace coagent::fakellm {
 
+namespace json = boost::json;
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -61,8 +63,7 @@ struct server::impl {
     std::FILE* log = nullptr;
 
     mutable std::mutex mutex;
-    std::size_t step_index = 0;
-    int repeat = 0;
+    scripted::cursor cursor;
     std::size_t calls = 0;
     std::vector<request_record> records;
 
@@ -72,14 +73,9 @@ struct server::impl {
     // The next step (nullopt when exhausted) and the request's 1-based number.
     std::optional<step> next_step() {
         std::lock_guard lock(mutex);
-        const auto& steps = opts.steps.steps;
-        if (step_index >= steps.size()) return std::nullopt;
-        step s = steps[step_index];
-        if (++repeat >= s.times) {
-            ++step_index;
-            repeat = 0;
-        }
-        return s;
+        const step* s = cursor.next(opts.steps.steps);
+        if (!s) return std::nullopt;
+        return *s;
     }
 
     std::size_t record(request_record r) {

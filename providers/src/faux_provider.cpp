@@ -5,10 +5,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 namespace coagent {
 
@@ -16,10 +13,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-[[noreturn]] void step_error(const std::string& source, std::size_t index,
-                             const std::string& what) {
-    throw faux_script_error(source + ": step " + std::to_string(index + 1) + ": " + what);
-}
+using scripted::step_error;
 
 std::int64_t non_negative_int(const json::object& o, std::string_view key,
                               const std::string& source, std::size_t index) {
@@ -34,7 +28,7 @@ std::int64_t non_negative_int(const json::object& o, std::string_view key,
 
 }  // namespace
 
-faux_script faux_script::parse(std::string_view text, const std::string& source) {
+std::vector<faux_step> faux_syntax::parse_steps(std::string_view text, const std::string& source) {
     auto parsed = parse_json_strict(text);
     if (const auto& e = parsed.error) {
         if (e->non_finite) throw faux_script_error(source + ": " + e->describe());
@@ -44,7 +38,7 @@ faux_script faux_script::parse(std::string_view text, const std::string& source)
     json::value v = std::move(parsed.value);
     if (!v.is_array())
         throw faux_script_error(source + ": the script must be a JSON array of steps");
-    faux_script s;
+    std::vector<faux_step> steps;
     const auto& arr = v.get_array();
     for (std::size_t i = 0; i < arr.size(); ++i) {
         if (!arr[i].is_object()) step_error(source, i, "a step must be an object");
@@ -107,19 +101,9 @@ faux_script faux_script::parse(std::string_view text, const std::string& source)
             if (std::find(std::begin(known), std::end(known), kv.key()) == std::end(known))
                 step_error(source, i, "unknown field \"" + std::string(kv.key()) + "\"");
         }
-        s.steps.push_back(std::move(st));
+        steps.push_back(std::move(st));
     }
-    return s;
-}
-
-faux_script faux_script::from_argument(const std::string& arg) {
-    auto first = arg.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && arg[first] == '[') return parse(arg, "<inline faux script>");
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) throw faux_script_error(arg + ": cannot read faux script: " + std::strerror(errno));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse(ss.str(), arg);
+    return steps;
 }
 
 faux_provider::faux_provider(faux_options opts) : opts_(std::move(opts)) {
@@ -146,14 +130,9 @@ std::optional<faux_step> faux_provider::next_step() {
         s.text = default_reply;
         return s;
     }
-    const auto& steps = opts_.script->steps;
-    if (step_ >= steps.size()) return std::nullopt;
-    faux_step s = steps[step_];
-    if (++repeat_ >= s.times) {
-        ++step_;
-        repeat_ = 0;
-    }
-    return s;
+    const faux_step* s = cursor_.next(opts_.script->steps);
+    if (!s) return std::nullopt;
+    return *s;
 }
 
 void faux_provider::record(const provider_request& req) {
@@ -242,17 +221,7 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
 
     // stream the text word by word; a stall happens halfway
     out.content.emplace_back(text_block{});
-    std::vector<std::string_view> chunks;
-    {
-        std::string_view t = step->text;
-        std::size_t pos = 0;
-        while (pos < t.size()) {
-            std::size_t next = t.find(' ', pos + 1);
-            if (next == std::string_view::npos) next = t.size();
-            chunks.push_back(t.substr(pos, next - pos));
-            pos = next;
-        }
-    }
+    const std::vector<std::string_view> chunks = scripted::split_words(step->text);
     const std::size_t stall_at = chunks.size() / 2;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
         if (i == stall_at && step->stall_ms > 0) {

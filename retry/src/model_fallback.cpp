@@ -59,16 +59,9 @@ std::optional<retry_fallback_applied_event> model_fallback::on_usage_limit(
         if (candidate == current || suppressed(candidate, now_ms) || !usable(candidate)) continue;
         if (!active()) primary_ = std::string(current);
         role_ = role;
-        report_success_ = true;
         return retry_fallback_applied_event{std::string(current), candidate, role};
     }
     return std::nullopt;
-}
-
-std::optional<retry_fallback_succeeded_event> model_fallback::on_success(std::string_view current) {
-    if (!report_success_) return std::nullopt;
-    report_success_ = false;
-    return retry_fallback_succeeded_event{std::string(current), role_};
 }
 
 std::optional<std::string> model_fallback::primary_to_restore(std::int64_t now_ms,

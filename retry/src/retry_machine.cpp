@@ -1,15 +1,12 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/retry/retry_machine.hpp>
+#include <coagent/runtime/time_math.hpp>
 
 #include <random>
 
 namespace coagent {
 
 namespace {
-
-std::string seconds_text(std::int64_t ms) {
-    return std::to_string(ms <= 0 ? 0 : (ms - 1) / 1000 + 1);  // ceil, as the TUI shows delays
-}
 
 std::string error_text(const message* m) {
     if (m && m->error_message && !m->error_message->empty()) return *m->error_message;
@@ -39,6 +36,7 @@ void retry_machine::usage_switch_succeeded(agent_end_decision& d) noexcept {
         chain_active_ = true;
         d.revive_attempt_ = 0;
         d.end.reset();
+        d.ending = chain_end::none;
         d.will_retry = true;
     }
     if (d.start) d.start->delay_ms = 0;
@@ -63,6 +61,11 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         if (chain_active_ && attempt_ > 0) {
             std::string why = cancelled ? std::string(retry_cancelled_text) : error_text(last);
             d.end = auto_retry_end_event{false, attempt_, std::move(why)};
+            d.ending = cancelled                                ? chain_end::cancelled_streaming
+                       : c.kind == error_kind::context_overflow ? chain_end::overflowed
+                       : !s.enabled && c.retryable() && last && last->stop == stop_reason::error
+                           ? chain_end::disabled
+                           : chain_end::failed;
         }
         end_chain();
         d.to_compaction = c.kind == error_kind::context_overflow && !cancelled &&
@@ -74,6 +77,7 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     chain_active_ = true;
     if (attempt_ > s.max_retries) {
         d.end = auto_retry_end_event{false, attempt_ - 1, error_text(last)};
+        d.ending = chain_end::exhausted;
         end_chain();
         return d;
     }
@@ -86,7 +90,9 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     if (w.over_max) {
         d.end = auto_retry_end_event{false, attempt_ - 1,
                                      error_text(last) + " (server asked to wait " +
-                                         seconds_text(w.asked_ms) + "s, above retry.maxDelayMs)"};
+                                         std::to_string(displayed_seconds(w.asked_ms)) +
+                                         "s, above retry.maxDelayMs)"};
+        d.ending = chain_end::failed;
         if (d.usage_limit) {
             d.revive_attempt_ = attempt_;
         }
@@ -104,6 +110,7 @@ wait_outcome retry_machine::on_wait_done(bool elapsed) {
     retry_now_ = false;
     if (!fired || cancel_requested_) {
         w.end = auto_retry_end_event{false, attempt_, std::string(retry_cancelled_text)};
+        w.ending = chain_end::cancelled_waiting;
         end_chain();
         return w;
     }

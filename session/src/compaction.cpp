@@ -1,5 +1,10 @@
 #include <coagent/runtime/json_input.hpp>
+#include <coagent/session/agent_session.hpp>
 #include <coagent/session/compaction.hpp>
+
+#include "session_parts.hpp"
+
+#include <spdlog/logger.h>
 
 #include <boost/json/serialize.hpp>
 
@@ -126,6 +131,113 @@ boost::asio::awaitable<compaction_outcome> model_summarizer::compact(compaction_
         o.summary = text_of(*reply);
     }
     co_return o;
+}
+
+std::string nothing_to_compact_message(std::int64_t keep_recent_tokens) {
+    return "Nothing to compact: the conversation is already within compaction.keepRecentTokens (" +
+           std::to_string(keep_recent_tokens) + " tokens)";
+}
+
+std::vector<message_ptr> compacted_context(const std::vector<message_ptr>& context,
+                                           std::size_t first_kept, std::string_view summary) {
+    std::vector<message_ptr> next;
+    next.reserve(context.size() - std::min(first_kept, context.size()) + 1);
+    next.push_back(std::make_shared<message>(make_user_message(summary_message_text(summary))));
+    if (first_kept < context.size())
+        next.insert(next.end(), context.begin() + static_cast<std::ptrdiff_t>(first_kept),
+                    context.end());
+    return next;
+}
+
+// ---- the session's compaction: orchestration (the decisions are the run policy's) ---------
+
+namespace asio = boost::asio;
+
+asio::awaitable<bool> agent_session::compact_context(compaction_reason reason,
+                                                     std::string instructions, bool will_continue) {
+    compacting_ = true;
+    emit(compaction_start_event{std::string(to_string(reason))});
+    compaction_end_event e;
+    e.reason = to_string(reason);
+
+    std::vector<message_ptr> context = messages_;  // nothing changes until the summary is there
+    if (reason == compaction_reason::overflow && !context.empty() &&
+        is_failed_assistant(*context.back()))
+        context.pop_back();
+    auto plan = plan_compaction(context, config_.compaction.keep_recent_tokens);
+    if (!plan) {
+        compacting_ = false;
+        e.error_message = nothing_to_compact_message(config_.compaction.keep_recent_tokens);
+        emit(std::move(e));
+        co_return false;
+    }
+    compaction_request req;
+    req.reason = e.reason;
+    req.model = provider_->model();
+    req.custom_instructions = std::move(instructions);
+    req.complete = [this](provider_request r) { return request_summary(std::move(r)); };
+    const std::size_t first_kept = plan->first_kept;
+    const std::int64_t tokens_before = plan->tokens_before;
+    req.plan = std::move(*plan);
+    compaction_outcome o = co_await compaction_->compact(std::move(req), abort_);
+    compacting_ = false;
+    if (!o.ok || abort_.requested()) {
+        auto f = policy_.compaction_failed(o.ok, o.aborted, std::move(o.error_message),
+                                           abort_.requested());
+        e.aborted = f.aborted;
+        e.error_message = std::move(f.error);
+        emit(std::move(e));
+        co_return false;
+    }
+
+    // persist, then swap the context in one step
+    std::string first_kept_id;
+    if (first_kept < context.size())
+        for (const auto& entry : history_.entries())
+            if (entry.msg == context[first_kept]) first_kept_id = entry.id;
+    json::object fields;
+    fields["summary"] = o.summary;
+    if (first_kept_id.empty())
+        fields["firstKeptEntryId"] = nullptr;
+    else
+        fields["firstKeptEntryId"] = first_kept_id;
+    fields["tokensBefore"] = tokens_before;
+    json::object result = fields;
+    if (auto ec = history_.append_entry("compaction", std::move(fields)))
+        logger_->error("session file: cannot write the compaction entry: {}", ec.message());
+    messages_ = compacted_context(context, first_kept, o.summary);
+
+    e.result = json::value(std::move(result));
+    e.will_retry = will_continue;
+    emit(std::move(e));
+    co_return true;
+}
+
+asio::awaitable<compact_result> agent_session::compact(std::string custom_instructions) {
+    compact_result r;
+    if (busy_ || compacting_) {
+        r.error = "Agent is busy: compact when the session is idle (after agent_settled).";
+        co_return r;
+    }
+    busy_ = true;
+    abort_.reset();
+    policy_.begin_compaction();
+    r.ok =
+        co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
+    if (!r.ok)
+        r.error = policy_.user_aborted() ? "Compaction aborted"
+                                         : "Compaction failed or had nothing to compact";
+    settle_after_compaction();
+    co_return r;
+}
+void agent_session::settle_after_compaction() {
+    // prompts queued during a manual compaction run after it exactly as after a prompt
+    // (docs/architecture.md "Compaction"): the first queued one takes over, stays busy, runs the
+    // queue and settles
+    if (queue_.hand_over()) return;
+    busy_ = false;
+    // prompts queued during it whose messages abort() dropped: they settle now
+    if (queue_.wake_all()) emit(agent_settled_event{});
 }
 
 }  // namespace coagent

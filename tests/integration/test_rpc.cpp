@@ -129,15 +129,95 @@ TEST_CASE("find_invalid_utf8", "[rpc][protocol]") {
     CHECK(rpc::find_invalid_utf8("\x80") == 0u);              // lone continuation
 }
 
+TEST_CASE("to_json: the exact request of every command, parsed back to the same command",
+          "[rpc][protocol]") {
+    using k = rpc::command_kind;
+    auto cmd = [](k kind) {
+        rpc::command c;
+        c.kind = kind;
+        return c;
+    };
+    std::vector<std::pair<rpc::command, std::string>> rows;
+    auto add = [&](rpc::command c, std::string text) { rows.emplace_back(std::move(c), text); };
+    {
+        auto c = cmd(k::prompt);
+        c.message = "hi";
+        add(c, R"({"type":"prompt","message":"hi"})");
+        c.behavior = streaming_behavior::steer;
+        add(c, R"({"type":"prompt","message":"hi","streamingBehavior":"steer"})");
+        c.behavior = streaming_behavior::follow_up;
+        c.id = json::value("req_1");
+        add(c, R"({"type":"prompt","message":"hi","streamingBehavior":"followUp","id":"req_1"})");
+    }
+    {
+        auto c = cmd(k::steer);
+        c.message = "s";
+        add(c, R"({"type":"steer","message":"s"})");
+        c.kind = k::follow_up;
+        add(c, R"({"type":"follow_up","message":"s"})");
+    }
+    {
+        auto c = cmd(k::set_auto_retry);
+        add(c, R"({"type":"set_auto_retry","enabled":false})");
+        c.kind = k::set_auto_compaction;
+        c.enabled = true;
+        add(c, R"({"type":"set_auto_compaction","enabled":true})");
+    }
+    {
+        auto c = cmd(k::compact);
+        add(c, R"({"type":"compact"})");
+        c.custom_instructions = "keep names";
+        add(c, R"({"type":"compact","customInstructions":"keep names"})");
+    }
+    {
+        auto c = cmd(k::new_session);
+        add(c, R"({"type":"new_session"})");
+        c.parent_session = "/s/a.jsonl";
+        c.id = json::value(7);
+        add(c, R"({"type":"new_session","parentSession":"/s/a.jsonl","id":7})");
+    }
+    {
+        auto c = cmd(k::set_model);
+        c.provider = "faux";
+        c.model_id = "m";
+        add(c, R"({"type":"set_model","provider":"faux","modelId":"m"})");
+    }
+    {
+        auto c = cmd(k::set_session_name);
+        c.name = " n ";
+        add(c, R"({"type":"set_session_name","name":" n "})");
+    }
+    for (k plain : {k::abort, k::abort_retry, k::retry_now, k::get_state, k::get_messages,
+                    k::get_last_assistant_text, k::get_available_models, k::get_session_stats})
+        add(cmd(plain), R"({"type":")" + std::string(rpc::to_string(plain)) + R"("})");
+    for (const auto& [c, text] : rows) {
+        INFO(text);
+        const std::string line = rpc::to_line(rpc::to_json(c));
+        CHECK(line == text + "\n");
+        const auto back = parsed(line.substr(0, line.size() - 1));
+        CHECK(back.kind == c.kind);
+        CHECK(back.id == c.id);
+        CHECK(back.message == c.message);
+        CHECK(back.behavior == c.behavior);
+        CHECK(back.enabled == c.enabled);
+        CHECK(back.custom_instructions == c.custom_instructions);
+        CHECK(back.parent_session == c.parent_session);
+        CHECK(back.provider == c.provider);
+        CHECK(back.model_id == c.model_id);
+        CHECK(back.name == c.name);
+    }
+}
+
 TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
     auto p = parsed(R"({"id":"p1","type":"prompt","message":"hi","streamingBehavior":"followUp"})");
     CHECK(p.kind == rpc::command_kind::prompt);
     CHECK(p.id == json::value("p1"));
     CHECK(p.message == "hi");
-    CHECK(p.behavior == rpc::delivery::follow_up);
+    CHECK(p.behavior == streaming_behavior::follow_up);
     CHECK(parsed(R"({"type":"prompt","message":"x","streamingBehavior":"steer"})").behavior ==
-          rpc::delivery::steer);
-    CHECK(parsed(R"({"type":"prompt","message":"x","images":[]})").behavior == rpc::delivery::none);
+          streaming_behavior::steer);
+    CHECK(parsed(R"({"type":"prompt","message":"x","images":[]})").behavior ==
+          streaming_behavior::none);
     CHECK_FALSE(parsed(R"({"type":"prompt","message":""})").id);
     CHECK(parsed(R"({"id":7,"type":"abort"})").id == json::value(7));
     CHECK(parsed(R"({"type":"steer","message":"s"})").message == "s");

@@ -6,6 +6,7 @@
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/classify/patterns.hpp>
+#include <coagent/runtime/time_math.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -730,5 +731,80 @@ TEST_CASE("docs: the pattern tables of docs/retry-policy.md are the classifier's
              << " differs from classify/src/patterns.cpp: replace the block between the "
                 "pattern-table markers with pattern-tables.generated.md (written in the "
                 "test's working directory)");
+    }
+}
+
+// ---- <coagent/runtime/time_math.hpp>: the one place for dates and saturating ms ---------------
+
+TEST_CASE("time math: saturating arithmetic and displayed seconds", "[time_math]") {
+    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+    struct row {
+        std::int64_t a, b, add, sub, mul;
+    };
+    const row rows[] = {
+        {2, 3, 5, -1, 6},
+        {max, 1, max, max - 1, max},
+        {min, 1, min + 1, min, min},
+        {min, -1, min, min + 1, max},
+        {max, -2, max - 2, max, min},
+        {0, min, min, max, 0},
+    };
+    for (const auto& r : rows) {
+        INFO(r.a << " " << r.b);
+        CHECK(coagent::sat_add(r.a, r.b) == r.add);
+        CHECK(coagent::sat_sub(r.a, r.b) == r.sub);
+        CHECK(coagent::sat_mul(r.a, r.b) == r.mul);
+    }
+    const std::pair<std::int64_t, std::int64_t> seconds[] = {
+        {min, 0},  {-5, 0},   {0, 0},    {1, 1},         {999, 1},
+        {1000, 1}, {1001, 2}, {2500, 3}, {120'000, 120}, {max, max / 1000 + 1}};
+    for (const auto& [ms, s] : seconds) {
+        INFO(ms);
+        CHECK(coagent::displayed_seconds(ms) == s);
+    }
+}
+
+TEST_CASE("time math: civil dates and HTTP-dates", "[time_math]") {
+    using coagent::day_check;
+    CHECK(coagent::days_from_civil(1970, 1, 1) == 0);
+    CHECK(coagent::days_from_civil(1969, 12, 31) == -1);
+    CHECK(coagent::days_from_civil(2000, 3, 1) == 11017);
+    CHECK(coagent::days_from_civil(2026, 2, 31) == coagent::days_from_civil(2026, 3, 3));
+    CHECK(coagent::days_in_month(2024, 2) == 29);
+    CHECK(coagent::days_in_month(2100, 2) == 28);
+    CHECK(coagent::days_in_month(2000, 2) == 29);
+    struct row {
+        const char* text;
+        std::optional<std::int64_t> calendar, up_to_31;
+    };
+    const std::int64_t nov6 = 784'111'777'000;    // 1994-11-06T08:49:37Z
+    const std::int64_t mar3 = 1'772'496'000'000;  // 2026-03-03T00:00:00Z
+    const row rows[] = {
+        {"Sun, 06 Nov 1994 08:49:37 GMT", nov6, nov6},
+        {"  sun, 6 nov 1994 08:49:37 gmt ", nov6, nov6},
+        {"Sunday, 06-Nov-94 08:49:37 GMT", nov6, nov6},
+        {"Sun Nov  6 08:49:37 1994", nov6, nov6},
+        {"Thu, 01 Jan 1970 00:00:01 GMT", 1000, 1000},
+        {"Wed, 31 Dec 1969 23:59:59 GMT", -1000, -1000},
+        {"Thu, 01 Jan 1970 23:59:60 GMT", 86'400'000, 86'400'000},  // leap second
+        {"Sat, 29 Feb 2020 12:00:00 GMT", 1'582'977'600'000, 1'582'977'600'000},
+        {"Tue, 31 Feb 2026 00:00:00 GMT", std::nullopt, mar3},
+        {"Thu, 32 Jan 1970 00:00:01 GMT", std::nullopt, std::nullopt},
+        {"Thu, 00 Jan 1970 00:00:01 GMT", std::nullopt, std::nullopt},
+        {"Thu, 01 Foo 1970 00:00:01 GMT", std::nullopt, std::nullopt},
+        {"Thu, 01 Jan 1970 24:00:00 GMT", std::nullopt, std::nullopt},
+        {"Thu, 01 Jan 1970 00:60:00 GMT", std::nullopt, std::nullopt},
+        {"Thu, 01 Jan 1970 00:00:01 UTC", std::nullopt, std::nullopt},
+        {"Thu, 01 Jan 70 00:00:01 GMT", std::nullopt, std::nullopt},
+        {"Thu, 01 Jan 1970 0:00:01 GMT", std::nullopt, std::nullopt},
+        {"Sunday, 06-Nov-1994 08:49:37 GMT", std::nullopt, std::nullopt},
+        {"", std::nullopt, std::nullopt},
+        {"soon", std::nullopt, std::nullopt},
+    };
+    for (const auto& r : rows) {
+        INFO(r.text);
+        CHECK(coagent::parse_http_date(r.text) == r.calendar);
+        CHECK(coagent::parse_http_date(r.text, day_check::up_to_31) == r.up_to_31);
     }
 }

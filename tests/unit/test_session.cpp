@@ -5,8 +5,6 @@
 #include "support/expected_events.hpp"
 #include "support/session_harness.hpp"
 
-#include <coagent/session/run_step.hpp>
-
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -660,38 +658,6 @@ TEST_CASE("a retried attempt that overflows ends the chain, then compaction",
     CHECK(hook->calls == 1);
 }
 
-TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): the decision",
-          "[session][spec-1]") {
-    // decide_after_run() is what finish_run() performs. A retry that started wins over every
-    // compaction reason: an overflow hand-off and a context above the threshold alike.
-    for (bool to_compaction : {false, true})
-        for (bool over : {false, true})
-            for (bool recovered : {false, true}) {
-                after_run_input in;
-                in.will_retry = true;
-                in.to_compaction = to_compaction;
-                in.over_threshold = over;
-                in.overflow_recovered = recovered;
-                CHECK(decide_after_run(in) == after_run::wait);
-            }
-    // the same inputs without the retry do compact: the rule above is what stops them
-    after_run_input in;
-    in.to_compaction = true;
-    CHECK(decide_after_run(in) == after_run::compact_overflow);
-    in.overflow_recovered = true;
-    CHECK(decide_after_run(in) == after_run::overflow_not_recovered);
-    in.compaction_enabled = false;
-    CHECK(decide_after_run(in) == after_run::settle);
-    after_run_input t;
-    t.over_threshold = true;
-    CHECK(decide_after_run(t) == after_run::compact_threshold);
-    t.chain_ended = true;  // a chain that just ended (failed) is not compacted on threshold
-    CHECK(decide_after_run(t) == after_run::settle);
-    t.chain_ended = false;
-    t.abort_requested = true;
-    CHECK(decide_after_run(t) == after_run::settle);
-}
-
 TEST_CASE("the compaction check is skipped on a turn whose retry started (§1.3): a session",
           "[session][spec-1]") {
     auto hook = std::make_shared<recording_compaction>();
@@ -1114,4 +1080,31 @@ TEST_CASE(
         text ==
         R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
             std::to_string(tr->timestamp) + "}");
+}
+
+// ---- the script model both fakes play (<coagent/providers/script_model.hpp>) ----------------
+
+TEST_CASE("script model: each step answers 'times' requests, then the script runs out",
+          "[faux][script_model]") {
+    struct test_step : scripted::step_base {};
+    std::vector<test_step> steps(3);
+    steps[0].text = "a";
+    steps[0].times = 2;
+    steps[1].text = "b";
+    steps[2].text = "c";
+    steps[2].times = 3;
+    scripted::cursor c;
+    std::vector<std::string> played;
+    while (const test_step* s = c.next(steps)) played.push_back(s->text);
+    CHECK(played == std::vector<std::string>{"a", "a", "b", "c", "c", "c"});
+    CHECK(c.next(steps) == nullptr);  // and stays out
+    scripted::cursor empty;
+    CHECK(empty.next(std::vector<test_step>{}) == nullptr);
+
+    using words = std::vector<std::string_view>;
+    CHECK(scripted::split_words("") == words{});
+    CHECK(scripted::split_words("one") == words{"one"});
+    CHECK(scripted::split_words("a bc  d") == words{"a", " bc", " ", " d"});
+    CHECK(scripted::split_words(" lead") == words{" lead"});
+    CHECK_THROWS_WITH(scripted::step_error("f.json", 1, "bad"), "f.json: step 2: bad");
 }

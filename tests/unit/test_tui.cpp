@@ -5,6 +5,10 @@
 
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_keys.hpp>
+#include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_screen.hpp>
+#include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
 
 #include <catch2/catch.hpp>
@@ -1125,6 +1129,189 @@ TEST_CASE("tui screen: wide characters and a full-width row") {
                         1, 5));
     CHECK(term.rows()[1] == "> \xe4\xb8\xadx");
     CHECK(term.rows()[2] == "abcdef");
+}
+
+// ---- layout: the transcript rows printed for good and the live region -----------------------
+
+namespace {
+
+using tui::row_style;
+using tui::screen_row;
+
+std::string rule_of(int w) {
+    std::string r;
+    for (int k = 0; k < w; ++k) r += "\u2500";
+    return r;
+}
+
+tui::live_input live_of(std::u32string text, std::size_t cursor, int width, int height = 24) {
+    tui::live_input in;
+    in.text = std::move(text);
+    in.cursor = cursor;
+    in.width = width;
+    in.height = height;
+    in.status = "st";
+    return in;
+}
+
+}  // namespace
+
+TEST_CASE("tui layout: transcript rows are committed once; the streaming row stays live",
+          "[tui][layout]") {
+    tui::transcript_printer p;
+    std::vector<transcript_item> items{{kind::user, "hello"}, {kind::assistant, "hi there\n\n "}};
+    std::vector<screen_row> commit;
+    std::optional<screen_row> live;
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == std::vector<screen_row>{{"> hello", row_style::user},
+                                            {"", row_style::plain},
+                                            {"hi there", row_style::assistant}});
+    CHECK_FALSE(live);
+    commit.clear();
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit.empty());  // printed for good: never again
+
+    // a reply streaming: every row but the last is committed, the last stays live
+    items.push_back({kind::assistant, "one two three four"});
+    p.collect(items, true, 10, commit, live);
+    CHECK(commit ==
+          std::vector<screen_row>{{"", row_style::plain}, {"one two", row_style::assistant}});
+    CHECK(live == screen_row{"three four", row_style::assistant});
+    items.back().text += " five";
+    commit.clear();
+    live.reset();
+    p.collect(items, true, 10, commit, live);
+    CHECK(commit == std::vector<screen_row>{{"three four", row_style::assistant}});
+    CHECK(live == screen_row{"five", row_style::assistant});
+    commit.clear();
+    live.reset();
+    p.collect(items, false, 10, commit, live);  // the reply ended
+    CHECK(commit == std::vector<screen_row>{{"five", row_style::assistant}});
+    CHECK_FALSE(live);
+
+    // a user message wraps with "  " under "> "; the others keep their style; reset reprints
+    std::vector<transcript_item> more{{kind::user, "aaaa bbbb"},
+                                      {kind::error, "Error: x"},
+                                      {kind::notice, "Aborted"},
+                                      {kind::tool, "t"}};
+    tui::transcript_printer q;
+    commit.clear();
+    q.collect(more, false, 6, commit, live);
+    const std::vector<screen_row> all{{"> aaaa", row_style::user},   {"  bbbb", row_style::user},
+                                      {"", row_style::plain},        {"Error:", row_style::error},
+                                      {"x", row_style::error},       {"", row_style::plain},
+                                      {"Aborte", row_style::notice}, {"d", row_style::notice},
+                                      {"", row_style::plain},        {"t", row_style::tool}};
+    CHECK(commit == all);
+    q.reset();
+    commit.clear();
+    q.collect(more, false, 6, commit, live);
+    CHECK(commit == all);
+}
+
+TEST_CASE("tui layout: the live region rows, queued messages and the input cursor",
+          "[tui][layout]") {
+    struct row {
+        const char* name;
+        tui::live_input in;
+        std::vector<screen_row> rows;
+        int cursor_row, cursor_col;
+    };
+    auto with_queue = live_of(U"", 0, 20);
+    with_queue.queued = {"a", "b", "c", "d", "e"};
+    with_queue.loader = "Retrying";
+    with_queue.stream_row = screen_row{"partial", row_style::assistant};
+    const std::string r20 = rule_of(20), r6 = rule_of(6);
+    const row rows[] = {
+        {"plain input",
+         live_of(U"hi", 2, 20),
+         {{"", row_style::plain},
+          {r20, row_style::rule},
+          {"> hi", row_style::input},
+          {"st", row_style::status}},
+         2,
+         4},
+        {"cursor inside the text",
+         live_of(U"hi", 1, 20),
+         {{"", row_style::plain},
+          {r20, row_style::rule},
+          {"> hi", row_style::input},
+          {"st", row_style::status}},
+         2,
+         3},
+        {"three queued shown, the rest counted; loader; streaming row",
+         with_queue,
+         {{"partial", row_style::assistant},
+          {"Queued: a", row_style::notice},
+          {"Queued: b", row_style::notice},
+          {"Queued: c", row_style::notice},
+          {"\u2026 and 2 more queued", row_style::notice},
+          {"Retrying", row_style::warning},
+          {r20, row_style::rule},
+          {"> ", row_style::input},
+          {"st", row_style::status}},
+         7,
+         2},
+        {"input hard-wrapped at width - 2",
+         live_of(U"abcdefghij", 10, 6),
+         {{"", row_style::plain},
+          {r6, row_style::rule},
+          {"> abcd", row_style::input},
+          {"  efgh", row_style::input},
+          {"  ij", row_style::input},
+          {"st", row_style::status}},
+         4,
+         4},
+        {"a cursor after a full row goes to the next row",
+         live_of(U"abcd", 4, 6),
+         {{"", row_style::plain},
+          {r6, row_style::rule},
+          {"> abcd", row_style::input},
+          {"  ", row_style::input},
+          {"st", row_style::status}},
+         3,
+         2},
+        {"line breaks end rows, tabs are 4 columns",
+         live_of(U"a\tb\nc", 5, 20),
+         {{"", row_style::plain},
+          {r20, row_style::rule},
+          {"> a    b", row_style::input},
+          {"  c", row_style::input},
+          {"st", row_style::status}},
+         3,
+         3},
+        {"a short terminal shows the input rows around the cursor",
+         live_of(U"abcdefghij", 10, 6, 4),
+         {{"", row_style::plain},
+          {r6, row_style::rule},
+          {"  ij", row_style::input},
+          {"st", row_style::status}},
+         2,
+         4},
+        {"the same with the cursor on the first row",
+         live_of(U"abcdefghij", 1, 6, 4),
+         {{"", row_style::plain},
+          {r6, row_style::rule},
+          {"> abcd", row_style::input},
+          {"st", row_style::status}},
+         2,
+         3},
+    };
+    for (const auto& r : rows) {
+        INFO(r.name);
+        const auto out = tui::compose_live(r.in);
+        CHECK(out.rows == r.rows);
+        CHECK(out.cursor_row == r.cursor_row);
+        CHECK(out.cursor_col == r.cursor_col);
+    }
+
+    // a terminal smaller than the fixed rows drops rows from the top and keeps the cursor's
+    auto tiny = with_queue;
+    tiny.height = 2;
+    const auto out = tui::compose_live(tiny);
+    CHECK(out.rows == std::vector<screen_row>{{"> ", row_style::input}, {"st", row_style::status}});
+    CHECK(out.cursor_row == 0);
+    CHECK(out.cursor_col == 2);
 }
 
 TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not a message") {

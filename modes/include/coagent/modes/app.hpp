@@ -106,6 +106,12 @@ class app_context {
     const std::filesystem::path& dir() const noexcept { return dir_; }
     std::filesystem::path sessions_dir() const;
 
+    /// The toggle of docs/architecture.md "Configuration" (TUI and RPC alike): sets the boolean
+    /// setting `key` ("retry.enabled", "compaction.enabled") as a runtime override, so that the
+    /// next new session has it too, then writes it to the global settings file. Returns the
+    /// settings_error's text when either step failed (an override set stays), else empty.
+    std::string override_and_persist(std::string_view key, bool value);
+
   private:
     /// A resumed session continues on the model it recorded; config_error naming that model
     /// when it is not available now. An explicit --provider/--model wins and is recorded.

@@ -3,6 +3,8 @@
 // with its size limit, UTF-8 validation, command parsing into typed values, and the response
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
+#include <coagent/session/agent_session.hpp>  // streaming_behavior
+
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -14,8 +16,6 @@
 #include <vector>
 
 namespace coagent::rpc {
-
-namespace json = boost::json;
 
 /// The longest input line accepted (bytes, without the LF): 16 MiB.
 inline constexpr std::size_t default_max_line_bytes = std::size_t{16} * 1024 * 1024;
@@ -57,9 +57,6 @@ class line_reader {
 /// points above U+10FFFF are invalid), or nullopt if `s` is valid.
 std::optional<std::size_t> find_invalid_utf8(std::string_view s) noexcept;
 
-/// How a prompt is delivered when the session is busy (`streamingBehavior`).
-enum class delivery { none, steer, follow_up };
-
 enum class command_kind {
     prompt,
     steer,
@@ -87,21 +84,21 @@ std::optional<command_kind> command_from_string(std::string_view s) noexcept;
 /// A parsed, type-checked command. Only the fields of its kind are set.
 struct command {
     command_kind kind = command_kind::get_state;
-    std::optional<json::value> id;                   // echoed as is on the response
-    std::string message;                             // prompt / steer / follow_up
-    delivery behavior = delivery::none;              // prompt: streamingBehavior
-    bool enabled = false;                            // set_auto_retry / set_auto_compaction
-    std::optional<std::string> custom_instructions;  // compact
-    std::optional<std::string> parent_session;       // new_session
-    std::string provider;                            // set_model
-    std::string model_id;                            // set_model
-    std::string name;                                // set_session_name (as sent, not trimmed)
+    std::optional<boost::json::value> id;                    // echoed as is on the response
+    std::string message;                                     // prompt / steer / follow_up
+    streaming_behavior behavior = streaming_behavior::none;  // prompt: streamingBehavior
+    bool enabled = false;                                    // set_auto_retry / set_auto_compaction
+    std::optional<std::string> custom_instructions;          // compact
+    std::optional<std::string> parent_session;               // new_session
+    std::string provider;                                    // set_model
+    std::string model_id;                                    // set_model
+    std::string name;  // set_session_name (as sent, not trimmed)
 };
 
 /// A line that could not be turned into a command: answer it with error_response(id,
 /// command, error). `command` is the request's `type` when it was a string, else "parse".
 struct command_error {
-    std::optional<json::value> id;
+    std::optional<boost::json::value> id;
     std::string command;
     std::string error;
 };
@@ -112,18 +109,24 @@ using parse_result = std::variant<command, command_error>;
 /// command, its fields type-checked; unknown extra fields are ignored).
 parse_result parse_command(std::string_view line);
 
+/// The command as a request object, the inverse of parse_command: `type`, the fields of its
+/// kind in wire form (`streamingBehavior` only when not none, optional ones only when set),
+/// then `id` when set. rpc_client writes its commands with it.
+boost::json::object to_json(const command& c);
+
 /// The answer to a line over the limit.
 command_error too_long_error(std::size_t size, std::size_t limit);
 
 /// `{"id"?,"type":"response","command":…,"success":true,"data"?:…}`
-json::object success_response(const std::optional<json::value>& id, std::string_view command,
-                              std::optional<json::value> data = std::nullopt);
+boost::json::object success_response(const std::optional<boost::json::value>& id,
+                                     std::string_view command,
+                                     std::optional<boost::json::value> data = std::nullopt);
 /// `{"id"?,"type":"response","command":…,"success":false,"error":…}`
-json::object error_response(const std::optional<json::value>& id, std::string_view command,
-                            std::string_view error);
-json::object error_response(const command_error& e);
+boost::json::object error_response(const std::optional<boost::json::value>& id,
+                                   std::string_view command, std::string_view error);
+boost::json::object error_response(const command_error& e);
 
 /// The object serialised as one line, LF-terminated.
-std::string to_line(const json::object& o);
+std::string to_line(const boost::json::object& o);
 
 }  // namespace coagent::rpc

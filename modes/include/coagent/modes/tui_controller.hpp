@@ -1,9 +1,10 @@
 #pragma once
-// The sans-io half of the interactive terminal UI: the event controller (session events, keys
-// and clock ticks in; transcript, loader, status and the active Esc action out — policy §6), the
-// key splitter that sits in front of the line editor, UTF-8 display-width text layout, and the
-// bottom-region renderer that turns rows into the few terminal bytes that changed. No terminal,
-// no Asio, no libedit here: modes/src/interactive_mode.cpp performs what these decide.
+// The event controller of the interactive terminal UI: session events, keys and clock ticks in;
+// transcript, loader, status and the active Esc action out (policy §6). The other sans-io parts
+// of the UI: tui_text.hpp (UTF-8 width, wrapping), tui_keys.hpp (the key decoder),
+// tui_screen.hpp (the bottom region drawn by difference) and tui_layout.hpp (what the rows are).
+// No terminal, no Asio, no libedit here: modes/src/interactive_mode.cpp performs what these
+// decide.
 
 #include <coagent/runtime/event.hpp>
 #include <coagent/session/agent_session.hpp>
@@ -166,153 +167,5 @@ class tui_controller {
     bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };
-
-// ---- text: UTF-8, display width, wrapping --------------------------------------------------
-
-namespace tui {
-
-inline constexpr char32_t replacement_char = 0xFFFD;
-
-/// Decodes one code point of `s` starting at `pos`; advances `pos`. An invalid sequence
-/// (bad lead or continuation byte, truncated, overlong, surrogate, > U+10FFFF) decodes to one
-/// U+FFFD and consumes at least one byte.
-char32_t decode_utf8(std::string_view s, std::size_t& pos) noexcept;
-/// Bytes at the end of `s` that may be the start of a sequence still being received (0–3).
-std::size_t incomplete_utf8_tail(std::string_view s) noexcept;
-void append_utf8(std::string& out, char32_t c);
-
-/// Columns a code point takes (wcwidth in a UTF-8 locale): 0 for combining marks, 2 for wide
-/// CJK / emoji. Control and unprintable characters are shown as U+FFFD: 1.
-int char_width(char32_t c) noexcept;
-/// What a code point is shown as: U+FFFD for controls (C0 but \n, DEL, C1), unprintables and
-/// surrogates; itself otherwise. Tabs are expanded by the layout, not here.
-char32_t displayable(char32_t c) noexcept;
-/// Columns `utf8` takes once made displayable (no newlines expected).
-int display_width(std::string_view utf8);
-/// `utf8` made safe for a terminal: valid UTF-8, every control character but \n replaced by
-/// U+FFFD, tabs as spaces.
-std::string sanitize(std::string_view text);
-/// The longest prefix of `utf8` (displayable) that fits in `width` columns; appends "…" when cut.
-std::string truncate_to_width(std::string_view utf8, int width);
-
-struct wrapped_row {
-    std::string text;       ///< sanitized, at most `width` columns
-    std::size_t begin = 0;  ///< byte offset in the source where the row starts
-};
-/// Greedy word wrap of `text` (any bytes) into rows of at most `width` columns. `\n` ends a row;
-/// a word that does not fit starts a new row, and a word wider than a row is split. The layout
-/// is prefix-stable: appending text changes only the last row, so rows above it can be printed
-/// for good while a reply streams. Spaces where a row breaks are dropped.
-/// `hold_incomplete_tail`: an unfinished UTF-8 sequence at the end (a reply still streaming) is
-/// left out instead of shown as U+FFFD.
-std::vector<wrapped_row> wrap(std::string_view text, int width, bool hold_incomplete_tail = false);
-
-// ---- keys: what comes before the line editor ------------------------------------------------
-
-/// Splits terminal input into the keys the UI handles itself and runs of input for the line
-/// editor (libedit decodes those: arrows, Home/End, Alt+b, …). A lone ESC is only known to be
-/// one when no byte follows soon: the shell calls flush() after a short timeout.
-class key_decoder {
-  public:
-    struct key {
-        enum class kind {
-            editor,   ///< code points for the line editor (one complete key or text run)
-            escape,   ///< a lone Esc
-            enter,    ///< CR
-            newline,  ///< insert a line break: Ctrl+J, Alt+Enter, Shift+Enter (CSI 13;2u)
-            ctrl_c,
-            ctrl_d,
-            ctrl_z,
-            paste,  ///< bracketed paste (ESC[200~ … ESC[201~): text, CR/CRLF → LF
-            up,     ///< Up arrow (the shell moves between input lines or through history)
-            down,
-        };
-        kind type = kind::editor;
-        std::u32string chars;  ///< editor / paste
-    };
-
-    /// Feeds bytes; appends the complete keys to `out`.
-    void feed(std::string_view bytes, std::vector<key>& out);
-    /// No more bytes came: a pending lone ESC is an Esc key (an unfinished sequence is dropped;
-    /// an unfinished UTF-8 sequence becomes U+FFFD). Inside a paste nothing is flushed.
-    void flush(std::vector<key>& out);
-    /// Bytes are held waiting for the rest of a sequence (arm the ESC timeout).
-    bool pending() const noexcept { return !buf_.empty() && !in_paste_; }
-    bool in_paste() const noexcept { return in_paste_; }
-
-    /// Escape sequences passed to the editor; the shell binds them to editor functions.
-    /// Others (unknown CSI / SS3 sequences) are dropped, so they never become text.
-    static const std::vector<std::pair<std::string, std::string>>& editor_bindings();
-
-  private:
-    void parse(std::vector<key>& out, bool at_end);
-    void emit_editor(std::vector<key>& out, char32_t c);
-
-    std::string buf_;
-    bool in_paste_ = false;
-    std::string paste_;
-};
-
-// ---- the screen: a bottom region redrawn by difference --------------------------------------
-
-/// How a row is drawn.
-enum class row_style { plain, user, assistant, error, notice, tool, warning, rule, status, input };
-
-struct screen_row {
-    std::string text;  ///< sanitized, fits the width
-    row_style style = row_style::plain;
-    bool operator==(const screen_row&) const = default;
-};
-
-/// The terminal capabilities the renderer uses (terminfo strings; ANSI when missing).
-struct terminal_caps {
-    std::string clear_eol = "\x1b[K";
-    std::string clear_eos = "\x1b[J";
-    std::string clear_screen = "\x1b[H\x1b[2J";
-    std::string clear_scrollback = "\x1b[3J";
-    std::string hide_cursor = "\x1b[?25l";
-    std::string show_cursor = "\x1b[?25h";
-    std::string reset = "\x1b[0m";
-    std::string bold = "\x1b[1m";
-    std::string dim = "\x1b[2m";
-    std::string red = "\x1b[31m";
-    std::string yellow = "\x1b[33m";
-    std::string cyan = "\x1b[36m";
-    /// parm_up_cursor / parm_down_cursor / parm_right_cursor by n ≥ 1.
-    std::function<std::string(int)> up, down, right;
-    static terminal_caps ansi();
-};
-
-/// The transcript scrolls above a "live" bottom region (the streaming row, queued messages,
-/// loader, input, status). Rows printed above the region are final; the region is redrawn
-/// from its first changed row only. render() returns the bytes to write.
-class screen {
-  public:
-    explicit screen(terminal_caps caps) : caps_(std::move(caps)) {}
-
-    /// Prints `commit` rows for good above the region, then shows `live` with the cursor at
-    /// (`cursor_row`, `cursor_col`) of the region. Returns "" when nothing changed.
-    std::string render(const std::vector<screen_row>& commit, const std::vector<screen_row>& live,
-                       int cursor_row, int cursor_col);
-    /// Clears the screen (and the scrollback), then draws like render(): after a width change.
-    std::string redraw(const std::vector<screen_row>& all_rows, const std::vector<screen_row>& live,
-                       int cursor_row, int cursor_col);
-    /// Removes the live region (at exit), leaving the cursor at its first row.
-    std::string clear_live();
-    const std::vector<screen_row>& live() const noexcept { return live_; }
-
-  private:
-    void put_row(std::string& out, const screen_row& r) const;
-    void move_to_row(std::string& out, int row);
-    std::string draw(const std::vector<screen_row>& commit, const std::vector<screen_row>& live,
-                     int cursor_row, int cursor_col, bool full);
-
-    terminal_caps caps_;
-    std::vector<screen_row> live_;
-    int cur_row_ = 0;  // the terminal cursor's row within the live region
-    int cur_col_ = 0;
-};
-
-}  // namespace tui
 
 }  // namespace coagent

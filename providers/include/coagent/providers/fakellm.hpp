@@ -14,6 +14,8 @@
 // Any step may carry "times":N (repeat) and "delayMs":N (wait before answering). When the
 // script runs out: 500 with the text body "fakellm script exhausted".
 
+#include <coagent/providers/script_model.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
@@ -30,52 +32,42 @@
 
 namespace coagent::fakellm {
 
-namespace json = boost::json;
-
-struct step {
+/// A fakellm step: the shared script model's step (text, tool call, times, delayMs, stallMs)
+/// and what only the fakellm syntax has.
+struct step : scripted::step_base {
     enum class kind { status, text, sse_error, tool_call };
     kind type = kind::text;
 
     // status
     int status = 200;
     std::vector<std::pair<std::string, std::string>> headers;  // also sent with other kinds
-    std::optional<json::value> body;  // a string is sent as text/plain, else as JSON
+    std::optional<boost::json::value> body;  // a string is sent as text/plain, else as JSON
 
     // text / sse_error (text before the error) / tool_call
-    std::string text;
-    std::optional<int> chunks;          // split the text (or tool arguments) into N chunks
-    std::optional<json::object> usage;  // {input, output, cacheRead, cacheWrite}
+    std::optional<int> chunks;                 // split the text (or tool arguments) into N chunks
+    std::optional<boost::json::object> usage;  // {input, output, cacheRead, cacheWrite}
     std::optional<int> cut_after_chunks;
-    std::optional<int> stall_after_chunks;
-    std::int64_t stall_ms = 0;
+    std::optional<int> stall_after_chunks;  // then silence for stall_ms
 
     // sse_error
     std::string error_type;
     std::string error_message;
-
-    // tool_call
-    std::string tool_name;
-    json::object tool_arguments;
-
-    int times = 1;
-    std::int64_t delay_ms = 0;
 };
 
 /// A malformed script: what() names the source (file or "<inline>"), the step and the field.
-class script_error : public std::runtime_error {
-  public:
-    using std::runtime_error::runtime_error;
+using script_error = scripted::script_error;
+
+/// The fakellm syntax of the shared script model (the steps above). Errors read
+/// "<source>:<line>:<col>: invalid JSON: …" or
+/// "<source>: step 2: \"stallMs\" must be a non-negative integer, found \"x\"".
+struct syntax {
+    static constexpr std::string_view inline_name = "<inline>";
+    static constexpr std::string_view cannot_read = "cannot read the script";
+    static std::vector<step> parse_steps(std::string_view json_text, const std::string& source);
 };
 
-struct script {
-    std::vector<step> steps;
-
-    /// Parses script JSON; errors read "<source>:<line>:<col>: invalid JSON: …" or
-    /// "<source>: step 2: \"stallMs\" must be a non-negative integer, found \"x\"".
-    static script parse(std::string_view json_text, const std::string& source);
-    /// `arg` is inline JSON when it starts with '[' (after blanks), else a file path.
-    static script from_argument(const std::string& arg);
-};
+/// parse(json_text, source) and from_argument(arg): inline JSON when it starts with '['.
+using script = scripted::basic_script<step, syntax>;
 
 /// Which API a request path speaks.
 enum class api { openai, anthropic, unknown };
@@ -100,7 +92,7 @@ struct request_record {
 
 /// The --log line of a request: {"request":n,"path":…,"api":…,"authorization":bool,
 /// "x-api-key":bool,"keySuffix":"…"?,"model":…,"stream":bool,"roles":[…],"status":N}.
-json::object to_json(const request_record& r);
+boost::json::object to_json(const request_record& r);
 
 struct server_options {
     script steps;

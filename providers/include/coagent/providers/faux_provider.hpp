@@ -10,6 +10,7 @@
 // When the script runs out: the non-retryable error "faux script exhausted".
 // Without a script: every request is answered "Hello from the faux provider.".
 
+#include <coagent/providers/script_model.hpp>
 #include <coagent/runtime/cancellable_wait.hpp>
 #include <coagent/session/provider.hpp>
 
@@ -24,34 +25,29 @@
 
 namespace coagent {
 
-struct faux_step {
+/// A faux step: the shared script model's step (text, tool call, times, delayMs, stallMs) and
+/// what only the faux syntax has.
+struct faux_step : scripted::step_base {
     enum class kind { error, text, tool_call };
     kind type = kind::text;
-    std::string text;                  // error text or reply text
     std::optional<int> status;         // error
     std::optional<token_usage> usage;  // text
-    std::string tool_name;             // tool_call
-    json::object tool_arguments;       // tool_call
-    int times = 1;
-    std::int64_t delay_ms = 0;
-    std::int64_t stall_ms = 0;
 };
 
-/// A malformed script: what() names the source (file or "<inline>") and the position.
-class faux_script_error : public std::runtime_error {
-  public:
-    using std::runtime_error::runtime_error;
+/// A malformed script: what() names the source (file or "<inline faux script>") and the
+/// position ("<file>:<line>:<col>: …", "<file>: step 2: …").
+using faux_script_error = scripted::script_error;
+
+/// The faux syntax of the shared script model (the steps above).
+struct faux_syntax {
+    static constexpr std::string_view inline_name = "<inline faux script>";
+    static constexpr std::string_view cannot_read = "cannot read faux script";
+    static std::vector<faux_step> parse_steps(std::string_view json_text,
+                                              const std::string& source);
 };
 
-struct faux_script {
-    std::vector<faux_step> steps;
-
-    /// Parses script JSON; `source` names it in errors ("<file>:<line>:<col>: …",
-    /// "<file>: step 2: …").
-    static faux_script parse(std::string_view json_text, const std::string& source);
-    /// `arg` is inline JSON when it starts with '[' (after blanks), else a file path.
-    static faux_script from_argument(const std::string& arg);
-};
+/// parse(json_text, source) and from_argument(arg): inline JSON when it starts with '['.
+using faux_script = scripted::basic_script<faux_step, faux_syntax>;
 
 /// One request as the faux provider received it.
 struct faux_request {
@@ -93,8 +89,7 @@ class faux_provider final : public provider {
     void record(const provider_request& req);
 
     faux_options opts_;
-    std::size_t step_ = 0;
-    int repeat_ = 0;
+    scripted::cursor cursor_;
     std::size_t tool_calls_ = 0;
     mutable std::mutex mutex_;
     std::vector<faux_request> requests_;

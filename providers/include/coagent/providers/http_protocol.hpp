@@ -37,10 +37,6 @@ using header_list = std::vector<std::pair<std::string, std::string>>;
 std::optional<std::string_view> find_header(const header_list& h,
                                             std::string_view lower_name) noexcept;
 
-/// An HTTP-date (IMF-fixdate "Wed, 21 Oct 2026 07:28:00 GMT", also RFC 850 and asctime forms)
-/// as epoch ms; nullopt if it is not one.
-std::optional<std::int64_t> parse_http_date(std::string_view s) noexcept;
-
 /// The retry hint of a response in ms: the largest of `retry-after-ms` (ms), `retry-after`
 /// (seconds, or an HTTP-date minus now), `x-ratelimit-reset-ms` (> 1e12: epoch ms minus now,
 /// else ms) and `x-ratelimit-reset` (> 1e9: epoch seconds minus now, else seconds). Values that

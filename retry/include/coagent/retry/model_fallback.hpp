@@ -13,7 +13,8 @@
 // - The model in use when the chain was entered is its primary. Before every request (a
 //   retry's continue or a new prompt) the primary comes back once its cooldown has expired,
 //   unless retry.fallbackRevertPolicy is "never".
-// - retry_fallback_succeeded is reported once, on the first successful reply after a switch.
+// - retry_fallback_succeeded (once, on the first successful reply after a switch) is the run
+//   policy's (session/run_policy.hpp): it is an event of the retry chain.
 
 #include <coagent/runtime/event.hpp>
 #include <coagent/runtime/settings.hpp>
@@ -38,21 +39,14 @@ class model_fallback {
         std::string_view current, std::optional<std::int64_t> hint_ms, std::int64_t now_ms,
         const retry_settings& s, const std::function<bool(std::string_view)>& usable);
 
-    /// A successful reply on `current`: the retry_fallback_succeeded to emit, once per switch.
-    std::optional<retry_fallback_succeeded_event> on_success(std::string_view current);
-
     /// Before a request: the primary to switch back to, if a fallback is active, the revert
     /// policy allows it and its cooldown has expired (the fallback state is then cleared).
     std::optional<std::string> primary_to_restore(std::int64_t now_ms, const retry_settings& s);
-
-    /// The retry chain ended without a success: nothing to report for it.
-    void chain_over() noexcept { report_success_ = false; }
 
     /// The user chose a model (set_model): forget the fallback state, keep the cooldowns.
     void reset() noexcept {
         primary_.clear();
         role_.clear();
-        report_success_ = false;
     }
 
     bool active() const noexcept { return !primary_.empty(); }
@@ -68,7 +62,6 @@ class model_fallback {
     std::vector<std::pair<std::string, std::int64_t>> suppressed_;  // selector → until
     std::string primary_;  // the model the chain was entered from; empty: no fallback active
     std::string role_;
-    bool report_success_ = false;
 };
 
 }  // namespace coagent

@@ -18,6 +18,24 @@
 
 namespace coagent {
 
+/// How a retry chain ended: the seven endings of docs/retry-policy.md §3.E. The additions of §11
+/// that close a chain (`x-should-retry: false`, a server wait above retry.maxDelayMs) end it as
+/// `failed` does.
+enum class chain_end : unsigned char {
+    none,                 ///< no chain ended
+    succeeded,            ///< §3.E1 a retried attempt succeeded
+    exhausted,            ///< §3.E2 retry.maxRetries exceeded
+    cancelled_waiting,    ///< §3.E3 abort_retry / abort during the backoff
+    cancelled_streaming,  ///< §3.E4 abort_retry / abort while a retried attempt streamed
+    failed,               ///< §3.E5 a retried attempt failed with a non-retryable error
+    overflowed,           ///< §3.E6 a retried attempt overflowed the context
+    disabled,             ///< §3.E7 retry.enabled was turned off, then the next attempt failed
+};
+
+constexpr bool is_cancelled(chain_end e) noexcept {
+    return e == chain_end::cancelled_waiting || e == chain_end::cancelled_streaming;
+}
+
 /// What to do at an agent_end.
 struct agent_end_decision {
     /// agent_end.willRetry: a retry starts (auto_retry_start follows, then the wait).
@@ -26,6 +44,8 @@ struct agent_end_decision {
     std::optional<auto_retry_start_event> start;
     /// Emit right after agent_end: the chain ended here (exhausted, failed, cancelled).
     std::optional<auto_retry_end_event> end;
+    /// How the chain ended when `end` is set (else none).
+    chain_end ending = chain_end::none;
     /// The error is a usage limit: the shell asks the auth storage and, if a credential or
     /// model switch succeeded, calls usage_switch_succeeded(decision) on the same machine.
     bool usage_limit = false;
@@ -44,6 +64,7 @@ struct agent_end_decision {
 struct wait_outcome {
     bool resume = false;                      // schedule the continue
     std::optional<auto_retry_end_event> end;  // cancelled: emit this, the chain is over
+    chain_end ending = chain_end::none;       // cancelled_waiting when `end` is set
 };
 
 inline constexpr const char* retry_cancelled_text = "Retry cancelled";

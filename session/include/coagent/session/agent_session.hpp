@@ -10,13 +10,17 @@
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/cancellable_wait.hpp>
 #include <coagent/runtime/event.hpp>
+#include <coagent/runtime/listener_list.hpp>
 #include <coagent/runtime/settings.hpp>
 #include <coagent/session/auth_storage.hpp>
 #include <coagent/session/compaction.hpp>
+#include <coagent/session/detail/prompt_queue.hpp>
 #include <coagent/session/extension_runner.hpp>
 #include <coagent/session/history.hpp>
 #include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
+#include <coagent/session/run_policy.hpp>
+#include <coagent/session/tool_runner.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -50,25 +54,6 @@ enum class streaming_behavior {
     follow_up,  ///< runs after the current prompt's work, before it settles
 };
 
-struct prompt_result {
-    enum class status {
-        succeeded,  ///< the last assistant reply succeeded
-        failed,     ///< ended in an error (incl. exhausted or cancelled retries)
-        aborted,    ///< abort() ended it
-        refused,    ///< not run: the session was busy and no streaming behaviour was given
-    };
-    status outcome = status::succeeded;
-    std::string error;           ///< failed / aborted / refused: why
-    message_ptr last_assistant;  ///< the last assistant message of the prompt, if any
-};
-
-/// The output of a tool call.
-struct tool_output {
-    std::string text;
-    bool is_error = false;
-};
-using tool_function = std::function<boost::asio::awaitable<tool_output>(json::object args)>;
-
 struct session_options {
     boost::asio::any_io_executor executor;
     std::shared_ptr<provider> model_provider;  ///< required
@@ -90,28 +75,6 @@ struct session_options {
 struct compact_result {
     bool ok = false;
     std::string error;  ///< when !ok (the compaction_end event has the details)
-};
-
-enum class compaction_reason { overflow, threshold, manual };
-
-class agent_session;
-
-/// Unsubscribes on destruction (RAII). Must not outlive its session.
-class subscription {
-  public:
-    subscription() = default;
-    subscription(subscription&& o) noexcept : s_(o.s_), id_(o.id_) { o.s_ = nullptr; }
-    subscription& operator=(subscription&& o) noexcept;
-    subscription(const subscription&) = delete;
-    subscription& operator=(const subscription&) = delete;
-    ~subscription() { reset(); }
-    void reset() noexcept;
-
-  private:
-    friend class agent_session;
-    subscription(agent_session* s, std::uint64_t id) : s_(s), id_(id) {}
-    agent_session* s_ = nullptr;
-    std::uint64_t id_ = 0;
 };
 
 class agent_session {
@@ -215,8 +178,8 @@ class agent_session {
     /// wait in progress).
     void set_auto_retry_enabled(bool enabled) noexcept { config_.retry.enabled = enabled; }
     bool auto_retry_enabled() const noexcept { return config_.retry.enabled; }
-    bool is_retrying() const noexcept { return machine_.is_retrying(); }
-    int retry_attempt() const noexcept { return machine_.attempt(); }
+    bool is_retrying() const noexcept { return policy_.machine().is_retrying(); }
+    int retry_attempt() const noexcept { return policy_.machine().attempt(); }
     bool is_streaming() const noexcept { return streaming_; }
     bool is_busy() const noexcept { return busy_; }
     bool is_compacting() const noexcept { return compacting_; }
@@ -238,11 +201,10 @@ class agent_session {
 
     /// Listeners run synchronously, after the extensions, in subscription order. A message
     /// in an event may be the one still being streamed: copy it to keep it.
-    [[nodiscard]] subscription subscribe(listener l);
+    /// The subscription must not outlive the session.
+    [[nodiscard]] subscription subscribe(listener l) { return listeners_.add(std::move(l)); }
     /// Adds an in-process extension (gets every event before the listeners).
-    void add_extension(std::string path, extension_runner::handler h) {
-        rare().extensions.add(std::move(path), std::move(h));
-    }
+    void add_extension(std::string path, extension_runner::handler h);
     void register_tool(tool_definition def, tool_function fn);
 
     /// The runtime context (what the next request is built from, before failed replies are
@@ -252,10 +214,7 @@ class agent_session {
     /// Names the session: a session_info{name} entry in its history (the latest one wins on
     /// resume). An I/O failure writing it is returned; the name is kept either way.
     std::error_code set_session_name(std::string name);
-    const std::optional<std::string>& session_name() const noexcept {
-        static const std::optional<std::string> none;
-        return rare_ ? rare_->name : none;
-    }
+    const std::optional<std::string>& session_name() const noexcept;
     model_info model() const { return provider_->model(); }
     /// Switches the model for the next request (one in flight finishes on the old one); a
     /// model_change entry goes to the history; an active model fallback is forgotten.
@@ -264,20 +223,14 @@ class agent_session {
     /// no key).
     std::string set_model(std::string_view provider_name, std::string_view model_id);
     /// The catalog given in session_options (may be null).
-    const std::shared_ptr<model_catalog>& catalog() const noexcept {
-        static const std::shared_ptr<model_catalog> none;
-        return rare_ ? rare_->catalog : none;
-    }
+    const std::shared_ptr<model_catalog>& catalog() const noexcept;
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
-    std::size_t pending_message_count() const noexcept {
-        return steer_queue_.size() + follow_up_queue_.size();
-    }
+    std::size_t pending_message_count() const noexcept { return queue_.size(); }
     const std::string& session_id() const noexcept { return history_.session_id(); }
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
   private:
-    friend class subscription;
     // async_prompt's completion handler: it reports through the handler's associated executor
     // (default: the session's), computed when asked rather than stored in co_spawn's frame
     template <typename Handler>
@@ -298,43 +251,33 @@ class agent_session {
             std::move(h)(std::move(e), std::move(r));
         }
     };
-    struct run_outcome;
     class observer;
-
-    struct next_step {
-        bool wait = false;  // a retry starts: wait delay_ms, then continue
-        std::int64_t delay_ms = 0;
-        bool compact = false;          // compact (overflow hand-off or threshold)
-        bool retry_cancelled = false;  // the chain ended "Retry cancelled" at this agent_end
-        compaction_reason reason = compaction_reason::overflow;
-    };
+    class policy_events;
+    // what the one loop (perform) carries between the policy's actions
+    struct run_state;  // session/src/session_parts.hpp
+    // the session's one loop: performs the run policy's actions until the busy period settles
+    // (a prompt) or the summary request's reply is final (a compaction's summary)
+    boost::asio::awaitable<void> perform(run_action a, run_state& st);
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
-    boost::asio::awaitable<message_ptr> complete_with_retry(provider_request req);
+    boost::asio::awaitable<message_ptr> request_summary(provider_request req);
+    boost::asio::awaitable<void> stream_summary(run_state& st, run_end& out);
     boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b,
                                                      std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
                                                            std::uint64_t id);
-    // the loop of a busy period: runs `pending` (and what is queued), retries, compaction
-    // continuations and follow-ups, then settles
-    boost::asio::awaitable<prompt_result> run_until_settled(message_ptr pending, std::uint64_t id);
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    // the decisions of a run's end, as plain code: classify, retry machine, agent_end + retry
-    // events
-    next_step finish_run(run_outcome out, bool overflow_recovered);
-    bool resume_after_wait(bool elapsed);
-    prompt_result result_of(const message_ptr& last, bool retry_cancelled) const;
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
-    boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_end& out);
+    boost::asio::awaitable<void> execute_tools(const message& assistant, run_end& out);
+    bool has_queued() const noexcept { return !queue_.empty(); }
     void append(message_ptr m);
     void emit(event e);
-    void unsubscribe(std::uint64_t id) noexcept;
     void drop_trailing_failed_assistant();
-    // the usage-limit path of an agent_end decision: credential switch, else model fallback
-    std::optional<retry_fallback_applied_event> switch_on_usage_limit(
-        agent_end_decision& d, const std::string& provider_name);
+    // the usage-limit switches the policy asks for: a credential (auth storage), else a model
+    bool switch_credential(const std::string& provider_name, std::optional<std::int64_t> hint_ms);
+    std::optional<retry_fallback_applied_event> switch_model(std::optional<std::int64_t> hint_ms);
     void restore_fallback_primary();
     void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
@@ -346,7 +289,7 @@ class agent_session {
     std::shared_ptr<compaction_hook> compaction_;
     std::shared_ptr<spdlog::logger> logger_;
 
-    retry_machine machine_;
+    run_policy policy_;  // every decision at the end of a run
     std::unique_ptr<model_fallback>
         fallback_;              // created on first use: a parked session stays small
     cancellable_wait backoff_;  // inline: one allocation less per session
@@ -355,55 +298,20 @@ class agent_session {
 
     std::vector<message_ptr> messages_;
     session_history history_;
-    // small FIFOs (a std::deque would allocate ~1 KiB per session up front)
-    struct queued_message {
-        message_ptr msg;
-        std::uint64_t id;  // the prompt call that queued it
-    };
-    std::vector<queued_message> steer_queue_;
-    std::vector<queued_message> follow_up_queue_;
-    // prompts queued while busy, parked on latches in their frames until the session settles
-    struct waiter {
-        std::uint64_t id;
-        boost::asio::steady_timer* timer;
-        bool* cancelled;
-        std::optional<prompt_result>* result;  // set when abort() ended its run and more ran after
-        bool* run_now;  // set when a manual compaction hands the queue over to this prompt
-    };
-    std::vector<waiter> waiters_;
+    detail::prompt_queue queue_;  // steer / follow_up messages and their parked prompts
     std::uint64_t next_prompt_id_ = 1;
     std::uint64_t running_id_ = 0;
 
-    struct listener_entry {
-        std::uint64_t id;
-        listener fn;
-    };
-    std::vector<listener_entry> listeners_;
-    std::uint64_t next_listener_id_ = 1;
-    int dispatch_depth_ = 0;
-    bool listeners_dirty_ = false;
+    listener_list<const event&> listeners_;
 
     // what many sessions never set, out of line, created on first use: a parked session stays small
-    struct rare_members {
-        std::shared_ptr<auth_storage> auth;
-        std::shared_ptr<model_catalog> catalog;
-        std::function<std::int64_t()> now_ms;  // empty: wall_clock_ms
-        std::string system_prompt;
-        extension_runner extensions;
-        std::vector<tool_definition> tool_defs;
-        std::vector<std::pair<std::string, tool_function>> tools;
-        std::optional<std::string> name;
-    };
+    // what many sessions never set, out of line, created on first use (a parked session stays
+    // small); defined in session/src/session_parts.hpp
+    struct rare_members;
     std::unique_ptr<rare_members> rare_;
-    rare_members& rare() {
-        if (!rare_) rare_ = std::make_unique<rare_members>();
-        return *rare_;
-    }
-    std::int64_t now_ms() const {
-        return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms();
-    }
-    model_catalog* catalog_ptr() const noexcept { return rare_ ? rare_->catalog.get() : nullptr; }
-    bool user_abort_ = false;  // abort() was called during this run (not abort_retry())
+    rare_members& rare();
+    std::int64_t now_ms() const;
+    model_catalog* catalog_ptr() const noexcept;
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;

@@ -53,6 +53,14 @@ struct compaction_plan {
 std::optional<compaction_plan> plan_compaction(const std::vector<message_ptr>& context,
                                                std::int64_t keep_recent_tokens);
 
+/// The compaction_end error when plan_compaction found nothing to summarise.
+std::string nothing_to_compact_message(std::int64_t keep_recent_tokens);
+
+/// The context after a compaction: the summary as a user message, then the kept messages
+/// (context[first_kept…]).
+std::vector<message_ptr> compacted_context(const std::vector<message_ptr>& context,
+                                           std::size_t first_kept, std::string_view summary);
+
 struct compaction_request {
     std::string reason;  // "overflow" | "threshold" | "manual"
     compaction_plan plan;

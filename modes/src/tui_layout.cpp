@@ -1,0 +1,158 @@
+// The layout of the interactive terminal UI (see tui_layout.hpp).
+
+#include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_text.hpp>
+
+#include <algorithm>
+
+namespace coagent::tui {
+
+namespace {
+
+std::string_view strip_trailing_newlines(std::string_view s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+        s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+row_style style_of(transcript_item::kind k) noexcept {
+    switch (k) {
+        case transcript_item::kind::user:
+            return row_style::user;
+        case transcript_item::kind::assistant:
+            return row_style::assistant;
+        case transcript_item::kind::error:
+            return row_style::error;
+        case transcript_item::kind::notice:
+            return row_style::notice;
+        case transcript_item::kind::tool:
+            return row_style::tool;
+    }
+    return row_style::plain;
+}
+
+void transcript_printer::reset() noexcept {
+    committed_items_ = 0;
+    item_started_ = false;
+}
+
+void transcript_printer::collect(const std::vector<transcript_item>& items, bool streaming,
+                                 int width, std::vector<screen_row>& commit,
+                                 std::optional<screen_row>& stream_row) {
+    const int w = std::max(width, 4);
+    while (committed_items_ < items.size()) {
+        const std::size_t i = committed_items_;
+        const transcript_item& item = items[i];
+        const bool live = streaming && i + 1 == items.size();
+        const row_style st = style_of(item.type);
+        const bool user = item.type == transcript_item::kind::user;
+        const int text_w = user ? w - 2 : w;
+        if (!item_started_) {
+            if (i > 0) commit.push_back(screen_row{"", row_style::plain});
+            item_started_ = true;
+            item_offset_ = 0;
+            item_rows_ = 0;
+        }
+        const auto row_of = [&](std::string text) {
+            screen_row r{std::move(text), st};
+            if (user) r.text.insert(0, item_rows_ == 0 ? "> " : "  ");
+            ++item_rows_;
+            return r;
+        };
+        if (live) {
+            const std::string_view rest = std::string_view(item.text).substr(item_offset_);
+            auto rows = wrap(rest, text_w, true);
+            for (std::size_t k = 0; k + 1 < rows.size(); ++k)
+                commit.push_back(row_of(std::move(rows[k].text)));
+            item_offset_ += rows.back().begin;
+            const std::size_t keep = item_rows_;
+            stream_row = row_of(std::move(rows.back().text));
+            item_rows_ = keep;  // the live row is not printed yet
+            return;
+        }
+        const std::string_view text = strip_trailing_newlines(item.text);
+        if (item_offset_ < text.size()) {
+            auto rows = wrap(text.substr(item_offset_), text_w, false);
+            for (auto& r : rows) commit.push_back(row_of(std::move(r.text)));
+        }
+        ++committed_items_;
+        item_started_ = false;
+    }
+}
+
+live_region compose_live(const live_input& in) {
+    live_region out;
+    auto& live = out.rows;
+    const int w = std::max(in.width, 4);
+    if (in.stream_row) live.push_back(*in.stream_row);
+    const auto& q = in.queued;
+    for (std::size_t k = 0; k < q.size() && k < 3; ++k)
+        live.push_back(screen_row{truncate_to_width("Queued: " + q[k], w), row_style::notice});
+    if (q.size() > 3)
+        live.push_back(screen_row{"\u2026 and " + std::to_string(q.size() - 3) + " more queued",
+                                  row_style::notice});
+    live.push_back(screen_row{truncate_to_width(in.loader, w),
+                              in.loader.empty() ? row_style::plain : row_style::warning});
+    std::string rule;
+    for (int k = 0; k < w; ++k) rule += "\u2500";
+    live.push_back(screen_row{std::move(rule), row_style::rule});
+
+    // the input: "> " then the text, hard-wrapped, continuation rows indented
+    const std::u32string& text = in.text;
+    const std::size_t cursor = std::min(in.cursor, text.size());
+    const int avail = std::max(w - 2, 1);
+    std::vector<std::string> rows(1);
+    int cur_w = 0;
+    int crow = 0, ccol = 0;
+    for (std::size_t idx = 0; idx <= text.size(); ++idx) {
+        if (idx == cursor) {
+            if (cur_w >= avail) {
+                rows.emplace_back();
+                cur_w = 0;
+            }
+            crow = static_cast<int>(rows.size()) - 1;
+            ccol = cur_w;
+        }
+        if (idx == text.size()) break;
+        const char32_t c = text[idx];
+        if (c == U'\n') {
+            rows.emplace_back();
+            cur_w = 0;
+            continue;
+        }
+        const bool tab = c == U'\t';
+        const int cw = tab ? 4 : char_width(c);
+        if (cur_w + cw > avail && cur_w > 0) {
+            rows.emplace_back();
+            cur_w = 0;
+        }
+        if (tab)
+            rows.back().append("    ");
+        else
+            append_utf8(rows.back(), displayable(c));
+        cur_w += cw;
+    }
+    // keep the region on the screen: show the input rows around the cursor
+    const int fixed = static_cast<int>(live.size()) + 1;
+    const int max_rows = std::max(1, in.height - fixed);
+    int first = 0;
+    if (static_cast<int>(rows.size()) > max_rows)
+        first = std::clamp(crow - max_rows + 1, 0, static_cast<int>(rows.size()) - max_rows);
+    const int last = std::min(static_cast<int>(rows.size()), first + max_rows);
+    out.cursor_row = static_cast<int>(live.size()) + (crow - first);
+    out.cursor_col = 2 + ccol;
+    for (int k = first; k < last; ++k)
+        live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
+                                  row_style::input});
+    live.push_back(screen_row{truncate_to_width(in.status, w), row_style::status});
+    // a terminal smaller than the fixed rows: drop from the top, keep the cursor
+    while (static_cast<int>(live.size()) > std::max(in.height, 1) && out.cursor_row > 0) {
+        live.erase(live.begin());
+        --out.cursor_row;
+    }
+    return out;
+}
+
+}  // namespace coagent::tui

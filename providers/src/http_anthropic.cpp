@@ -1,0 +1,232 @@
+// The Anthropic Messages wire format: the request body and the stream decoder (see
+// http_protocol.hpp).
+
+#include "http_wire.hpp"
+
+#include <map>
+
+namespace coagent::http_protocol {
+
+namespace detail {
+
+namespace {
+
+class anthropic_decoder final : public stream_decoder {
+  public:
+    void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
+        if (state_ != state::streaming) return;
+        const json::object* obj = parse_event(ev, out);
+        if (!obj) return;
+        const auto& o = *obj;
+        std::string_view type = ev.type;
+        if (const auto* t = o.if_contains("type"); t && t->is_string()) type = t->get_string();
+
+        if (type == "message_start") {
+            if (const auto* m = o.if_contains("message"); m && m->is_object())
+                if (const auto* u = m->get_object().if_contains("usage"); u && u->is_object())
+                    usage(u->get_object(), out);
+        } else if (type == "content_block_start") {
+            const std::int64_t idx = int_of(o.if_contains("index"));
+            const auto* cb = o.if_contains("content_block");
+            if (!cb || !cb->is_object()) return;
+            const auto& b = cb->get_object();
+            const auto* bt = b.if_contains("type");
+            if (!bt || !bt->is_string()) return;
+            if (bt->get_string() == "text") {
+                if (!new_block(out)) return;
+                text_block t;
+                if (const auto* s = b.if_contains("text"); s && s->is_string()) {
+                    if (!grow(out, s->get_string().size())) return;
+                    t.text = s->get_string();
+                }
+                out.content.emplace_back(std::move(t));
+                blocks_[idx] = out.content.size() - 1;
+            } else if (bt->get_string() == "tool_use") {
+                if (!new_block(out)) return;
+                tool_call_block c;
+                if (const auto* s = b.if_contains("id");
+                    s && s->is_string() && !set_tool_field(out, c.id, s->get_string(), "id"))
+                    return;
+                if (const auto* s = b.if_contains("name");
+                    s && s->is_string() && !set_tool_field(out, c.name, s->get_string(), "name"))
+                    return;
+                out.content.emplace_back(std::move(c));
+                blocks_[idx] = out.content.size() - 1;
+                tool_args_[out.content.size() - 1];
+            }
+            // thinking / redacted_thinking / server tool blocks are not modelled: skipped
+        } else if (type == "content_block_delta") {
+            auto it = blocks_.find(int_of(o.if_contains("index")));
+            const auto* d = o.if_contains("delta");
+            if (it == blocks_.end() || !d || !d->is_object()) return;
+            const auto& delta = d->get_object();
+            const auto* dt = delta.if_contains("type");
+            if (!dt || !dt->is_string()) return;
+            if (dt->get_string() == "text_delta") {
+                const auto* t = delta.if_contains("text");
+                if (!t || !t->is_string() ||
+                    !std::holds_alternative<text_block>(out.content[it->second]))
+                    return;
+                if (!grow(out, t->get_string().size())) return;
+                std::get<text_block>(out.content[it->second]).text.append(t->get_string());
+                observer.on_text_delta(out, t->get_string());
+            } else if (dt->get_string() == "input_json_delta") {
+                const auto* p = delta.if_contains("partial_json");
+                if (!p || !p->is_string()) return;
+                if (!grow(out, p->get_string().size())) return;
+                tool_args_[it->second].append(p->get_string());
+                notify_tool_delta(observer, out, p->get_string());
+            }
+        } else if (type == "content_block_stop") {
+            // arguments are parsed once at the end (finish_text_and_tools)
+        } else if (type == "message_delta") {
+            if (const auto* d = o.if_contains("delta"); d && d->is_object())
+                if (const auto* s = d->get_object().if_contains("stop_reason"); s && s->is_string())
+                    stop_reason_ = s->get_string();
+            if (const auto* u = o.if_contains("usage"); u && u->is_object())
+                usage(u->get_object(), out);
+        } else if (type == "message_stop") {
+            done(out);
+        } else if (type == "error") {
+            std::string msg, etype;
+            if (const auto* e = o.if_contains("error"); e && e->is_object())
+                error_from_object(e->get_object(), msg, etype);
+            fail(out, stream_error_text(std::move(msg), etype), etype);
+        }
+        // "ping" and unknown events are ignored (the API may add event types)
+    }
+
+    void on_end(message& out) override {
+        if (state_ != state::streaming) return;
+        fail(out, "Stream ended without message_stop (the response was incomplete)");
+    }
+
+  private:
+    void usage(const json::object& u, message& out) {
+        if (u.contains("input_tokens")) out.usage.input = int_of(u.if_contains("input_tokens"));
+        if (u.contains("output_tokens")) out.usage.output = int_of(u.if_contains("output_tokens"));
+        if (u.contains("cache_read_input_tokens"))
+            out.usage.cache_read = int_of(u.if_contains("cache_read_input_tokens"));
+        if (u.contains("cache_creation_input_tokens"))
+            out.usage.cache_write = int_of(u.if_contains("cache_creation_input_tokens"));
+        out.usage.total_tokens =
+            saturating_add(saturating_add(out.usage.input, out.usage.output),
+                           saturating_add(out.usage.cache_read, out.usage.cache_write));
+    }
+
+    void done(message& out) {
+        if (!finish_text_and_tools(out)) return;
+        if (stop_reason_ == "max_tokens") {
+            out.stop = stop_reason::length;
+        } else if (stop_reason_ == "tool_use") {
+            out.stop = stop_reason::tool_use;
+        } else if (stop_reason_ == "refusal") {
+            fail(out, "The model refused to answer (stop_reason: refusal)");
+            return;
+        } else if (stop_reason_ == "model_context_window_exceeded") {
+            fail(out, "model_context_window_exceeded: the reply did not fit in the context window");
+            return;
+        } else {
+            out.stop = stop_reason::stop;
+        }
+        state_ = state::done;
+    }
+
+    std::string stop_reason_;
+    std::map<std::int64_t, std::size_t> blocks_;  // API block index → content index
+};
+
+}  // namespace
+
+std::string anthropic_body(const provider_request& req) {
+    std::string out;
+    out.reserve(body_size_hint(req));
+    out += "{\"model\":";
+    jt::append_string(out, req.model.id);
+    out += ",\"max_tokens\":";
+    jt::append_int(out, req.model.max_tokens > 0 ? req.model.max_tokens : 4096);
+    if (!req.system_prompt.empty()) {
+        out += ",\"system\":";
+        jt::append_string(out, req.system_prompt);
+    }
+    out += ",\"messages\":[";
+    bool first_message = true;
+    bool in_results = false;  // consecutive tool results go into one user message
+    const auto open_message = [&](std::string_view role) {
+        if (!first_message) out.push_back(',');
+        first_message = false;
+        out += "{\"role\":\"";
+        out += role;
+        out += "\",\"content\":[";
+    };
+    const auto flush_results = [&] {
+        if (!in_results) return;
+        out += "]}";
+        in_results = false;
+    };
+    for (const auto& mp : req.messages) {
+        const message& m = *mp;
+        if (m.role == message_role::tool_result) {
+            if (!in_results) {
+                open_message("user");
+                in_results = true;
+            } else {
+                out.push_back(',');
+            }
+            out += "{\"type\":\"tool_result\",\"tool_use_id\":";
+            jt::append_string(out, m.tool_call_id);
+            out += ",\"content\":";
+            with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+            if (m.is_error) out += ",\"is_error\":true";
+            out.push_back('}');
+            continue;
+        }
+        flush_results();
+        bool any = false;
+        for (const auto& b : m.content) {
+            if (const auto* t = std::get_if<text_block>(&b)) {
+                if (!t->text.empty()) any = true;  // the API rejects empty text blocks
+            } else if (std::holds_alternative<tool_call_block>(b)) {
+                any = true;
+            }
+        }
+        if (!any && m.role == message_role::assistant) continue;
+        open_message(m.role == message_role::assistant ? "assistant" : "user");
+        bool first_block = true;
+        for (const auto& b : m.content) {
+            if (const auto* t = std::get_if<text_block>(&b)) {
+                if (t->text.empty()) continue;
+                if (!first_block) out.push_back(',');
+                first_block = false;
+                out += "{\"type\":\"text\",\"text\":";
+                jt::append_string(out, t->text);
+                out.push_back('}');
+            } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
+                if (!first_block) out.push_back(',');
+                first_block = false;
+                out += "{\"type\":\"tool_use\",\"id\":";
+                jt::append_string(out, c->id);
+                out += ",\"name\":";
+                jt::append_string(out, c->name);
+                out += ",\"input\":";
+                jt::append_value(out, c->arguments);
+                out.push_back('}');
+            }
+        }
+        if (!any) out += R"({"type":"text","text":" "})";
+        out += "]}";
+    }
+    flush_results();
+    out += "],\"stream\":true";
+    append_tools(out, req.tools, "{", "input_schema", "}");
+    out.push_back('}');
+    return out;
+}
+
+std::unique_ptr<stream_decoder> make_anthropic_decoder() {
+    return std::make_unique<anthropic_decoder>();
+}
+
+}  // namespace detail
+
+}  // namespace coagent::http_protocol

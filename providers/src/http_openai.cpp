@@ -1,0 +1,202 @@
+// The OpenAI chat-completions wire format: the request body and the stream decoder (see
+// http_protocol.hpp).
+
+#include "http_wire.hpp"
+
+#include <map>
+
+namespace coagent::http_protocol {
+
+namespace detail {
+
+namespace {
+
+class openai_decoder final : public stream_decoder {
+  public:
+    void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
+        if (state_ != state::streaming) return;
+        if (ev.data == "[DONE]") {
+            done(out);
+            return;
+        }
+        const json::object* obj = parse_event(ev, out);
+        if (!obj) return;
+        const auto& o = *obj;
+        if (const auto* e = o.if_contains("error")) {
+            std::string msg, type;
+            if (e->is_object())
+                error_from_object(e->get_object(), msg, type);
+            else
+                msg = e->is_string() ? std::string(e->get_string()) : compact_json(*e);
+            fail(out, stream_error_text(std::move(msg), type), type);
+            return;
+        }
+        if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
+            const auto& uo = u->get_object();
+            const std::int64_t prompt = int_of(uo.if_contains("prompt_tokens"));
+            std::int64_t cached = 0;
+            if (const auto* d = uo.if_contains("prompt_tokens_details"); d && d->is_object())
+                cached = int_of(d->get_object().if_contains("cached_tokens"));
+            out.usage.cache_read = std::min(cached, prompt);
+            out.usage.input = prompt - out.usage.cache_read;
+            out.usage.output = int_of(uo.if_contains("completion_tokens"));
+            out.usage.total_tokens = saturating_add(prompt, out.usage.output);
+        }
+        const auto* choices = o.if_contains("choices");
+        if (!choices || !choices->is_array() || choices->get_array().empty()) return;
+        const auto& ch0 = choices->get_array()[0];
+        if (!ch0.is_object()) return;
+        const auto& choice = ch0.get_object();
+        if (const auto* d = choice.if_contains("delta"); d && d->is_object()) {
+            const auto& delta = d->get_object();
+            if (const auto* c = delta.if_contains("content");
+                c && c->is_string() && !c->get_string().empty()) {
+                const std::string_view piece = c->get_string();
+                if (out.content.empty() ||
+                    !std::holds_alternative<text_block>(out.content.back())) {
+                    if (!new_block(out)) return;
+                    out.content.emplace_back(text_block{});
+                }
+                if (!grow(out, piece.size())) return;
+                std::get<text_block>(out.content.back()).text.append(piece);
+                observer.on_text_delta(out, piece);
+            }
+            if (const auto* tcs = delta.if_contains("tool_calls"); tcs && tcs->is_array()) {
+                for (const auto& tcv : tcs->get_array()) {
+                    if (!tcv.is_object()) continue;
+                    const auto& tc = tcv.get_object();
+                    const std::int64_t idx = int_of(tc.if_contains("index"));
+                    auto it = by_index_.find(idx);
+                    if (it == by_index_.end()) {
+                        if (!new_block(out)) return;
+                        out.content.emplace_back(tool_call_block{});
+                        it = by_index_.emplace(idx, out.content.size() - 1).first;
+                        tool_args_[it->second];
+                    }
+                    auto& block = std::get<tool_call_block>(out.content[it->second]);
+                    if (const auto* id = tc.if_contains("id");
+                        id && id->is_string() && !id->get_string().empty() &&
+                        !set_tool_field(out, block.id, id->get_string(), "id"))
+                        return;
+                    if (const auto* fn = tc.if_contains("function"); fn && fn->is_object()) {
+                        const auto& f = fn->get_object();
+                        if (const auto* n = f.if_contains("name");
+                            n && n->is_string() && !n->get_string().empty() &&
+                            !set_tool_field(out, block.name, n->get_string(), "name"))
+                            return;
+                        if (const auto* a = f.if_contains("arguments");
+                            a && a->is_string() && !a->get_string().empty()) {
+                            if (!grow(out, a->get_string().size())) return;
+                            tool_args_[it->second].append(a->get_string());
+                            notify_tool_delta(observer, out, a->get_string());
+                        }
+                    }
+                }
+            }
+        }
+        if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())
+            finish_reason_ = f->get_string();
+    }
+
+    void on_end(message& out) override {
+        if (state_ != state::streaming) return;
+        if (!finish_reason_.empty()) {
+            done(out);  // some compatible servers end without [DONE]
+            return;
+        }
+        fail(out, "Stream ended without a finish reason (the response was incomplete)");
+    }
+
+  private:
+    void done(message& out) {
+        if (!finish_text_and_tools(out)) return;
+        if (finish_reason_ == "length") {
+            out.stop = stop_reason::length;
+        } else if (finish_reason_ == "tool_calls" || finish_reason_ == "function_call") {
+            out.stop = stop_reason::tool_use;
+        } else if (finish_reason_ == "content_filter") {
+            fail(out, "Provider finish_reason: content_filter");
+            return;
+        } else {
+            out.stop = stop_reason::stop;
+        }
+        if (out.stop == stop_reason::stop && !by_index_.empty()) out.stop = stop_reason::tool_use;
+        state_ = state::done;
+    }
+
+    std::string finish_reason_;
+    std::map<std::int64_t, std::size_t> by_index_;  // tool_calls[].index → content index
+};
+
+}  // namespace
+
+std::string openai_body(const provider_request& req) {
+    std::string out;
+    out.reserve(body_size_hint(req));
+    out += "{\"model\":";
+    jt::append_string(out, req.model.id);
+    out += ",\"messages\":[";
+    bool first = true;
+    const auto next = [&] {
+        if (!first) out.push_back(',');
+        first = false;
+    };
+    if (!req.system_prompt.empty()) {
+        next();
+        role_text(out, "system", req.system_prompt);
+    }
+    for (const auto& mp : req.messages) {
+        const message& m = *mp;
+        next();
+        switch (m.role) {
+            case message_role::user:
+                with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                break;
+            case message_role::assistant: {
+                const auto calls = tool_calls_of(m);
+                out += "{\"role\":\"assistant\",\"content\":";
+                with_text(m, [&](std::string_view t) {
+                    if (t.empty() && !calls.empty())
+                        out += "null";
+                    else
+                        jt::append_string(out, t);
+                });
+                if (!calls.empty()) {
+                    out += ",\"tool_calls\":[";
+                    for (std::size_t i = 0; i < calls.size(); ++i) {
+                        if (i) out.push_back(',');
+                        out += "{\"id\":";
+                        jt::append_string(out, calls[i]->id);
+                        out += ",\"type\":\"function\",\"function\":{\"name\":";
+                        jt::append_string(out, calls[i]->name);
+                        out += ",\"arguments\":";
+                        jt::append_string(out, json::serialize(calls[i]->arguments));
+                        out += "}}";
+                    }
+                    out.push_back(']');
+                }
+                out.push_back('}');
+                break;
+            }
+            case message_role::tool_result:
+                out += "{\"role\":\"tool\",\"tool_call_id\":";
+                jt::append_string(out, m.tool_call_id);
+                out += ",\"content\":";
+                with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+                out.push_back('}');
+                break;
+        }
+    }
+    out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+    append_tools(out, req.tools, R"({"type":"function","function":{)", "parameters", "}}");
+    out.push_back('}');
+    return out;
+}
+
+std::unique_ptr<stream_decoder> make_openai_decoder() {
+    return std::make_unique<openai_decoder>();
+}
+
+}  // namespace detail
+
+}  // namespace coagent::http_protocol

@@ -1,0 +1,261 @@
+#include <coagent/session/run_policy.hpp>
+
+namespace coagent {
+
+std::string_view to_string(compaction_reason r) noexcept {
+    switch (r) {
+        case compaction_reason::overflow:
+            return "overflow";
+        case compaction_reason::threshold:
+            return "threshold";
+        case compaction_reason::manual:
+            return "manual";
+    }
+    return "manual";
+}
+
+namespace {
+run_action make(run_action::kind k) noexcept {
+    run_action a;
+    a.what = k;
+    return a;
+}
+}  // namespace
+
+// a usage limit's decision, kept while the session asks the auth storage and the catalog
+struct run_policy::pending_switch {
+    agent_end_decision decision;
+    std::vector<message_ptr> added;
+    bool can_fall_back = false;
+};
+
+run_policy::run_policy() = default;
+run_policy::~run_policy() = default;
+
+void run_policy::start_prompt() noexcept {
+    machine_.begin_prompt();
+    last_ = nullptr;
+    ending_ = chain_end::none;
+    overflow_recovered_ = false;
+    user_abort_ = false;
+}
+
+run_action run_policy::begin_prompt() noexcept {
+    ran_ = false;
+    start_prompt();
+    return make(run_action::kind::run);
+}
+
+run_action run_policy::begin_next() noexcept {
+    start_prompt();
+    return make(run_action::kind::run);
+}
+
+run_action run_policy::begin_handover(bool has_queued) noexcept {
+    ran_ = false;
+    start_prompt();
+    return next_or_settle(has_queued);
+}
+
+void run_policy::begin_compaction() noexcept {
+    ran_ = false;
+    start_prompt();
+}
+
+run_action run_policy::begin_summary() noexcept {
+    summary_ = true;
+    summary_cancelled_ = false;
+    return make(run_action::kind::run);
+}
+
+void run_policy::on_reply_end(const message& reply, event_sink& out) {
+    auto end = machine_.on_assistant_message_end(reply);
+    if (!end) return;
+    if (fallback_role_) {  // §9.10: just before auto_retry_end{success:true}
+        out(retry_fallback_succeeded_event{reply.provider + "/" + reply.model, *fallback_role_});
+        fallback_role_.reset();
+    }
+    out(std::move(*end));
+    if (!summary_) ending_ = chain_end::succeeded;
+}
+
+run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out) {
+    if (!summary_) {
+        ran_ = true;
+        last_ = in.last;
+        abort_requested_ = in.abort_requested;
+        over_threshold_ = in.over_threshold;
+        has_queued_ = in.has_queued;
+    }
+    agent_end_decision d = machine_.on_agent_end(in.last.get(), in.cls, s.retry);  // §1.2
+    if (d.usage_limit) {  // §3.7: the auth storage first
+        switch_ = std::make_unique<pending_switch>();
+        switch_->decision = std::move(d);
+        switch_->added = std::move(in.added);
+        switch_->can_fall_back = in.can_fall_back;
+        run_action a = make(run_action::kind::switch_credential);
+        a.retry_hint_ms = switch_->decision.retry_hint_ms;
+        return a;
+    }
+    return after_decision(std::move(d), std::move(in.added), std::nullopt, s, out);
+}
+
+run_action run_policy::on_credential_switch(bool switched, const settings& s, event_sink& out) {
+    std::unique_ptr<pending_switch> p = std::move(switch_);
+    if (switched) {
+        machine_.usage_switch_succeeded(p->decision);  // the wait becomes 0
+    } else if (p->decision.start && p->can_fall_back && s.retry.fallback) {
+        // §11.14: a model fallback, only while the chain goes on
+        run_action a = make(run_action::kind::switch_model);
+        a.retry_hint_ms = p->decision.retry_hint_ms;
+        switch_ = std::move(p);
+        return a;
+    }
+    return after_decision(std::move(p->decision), std::move(p->added), std::nullopt, s, out);
+}
+
+run_action run_policy::on_model_switch(std::optional<retry_fallback_applied_event> applied,
+                                       const settings& s, event_sink& out) {
+    std::unique_ptr<pending_switch> p = std::move(switch_);
+    if (applied) {
+        machine_.usage_switch_succeeded(p->decision);
+        fallback_role_ = applied->role;
+    }
+    return after_decision(std::move(p->decision), std::move(p->added), std::move(applied), s, out);
+}
+
+run_action run_policy::after_decision(agent_end_decision d, std::vector<message_ptr> added,
+                                      std::optional<retry_fallback_applied_event> applied,
+                                      const settings& s, event_sink& out) {
+    if (!d.will_retry) fallback_role_.reset();  // the chain is over: no success to report
+    if (!summary_) out(agent_end_event{std::move(added), d.will_retry});
+    if (d.end) {
+        if (!summary_) ending_ = d.ending;
+        out(std::move(*d.end));
+    }
+    if (applied) out(std::move(*applied));  // §9.10: before auto_retry_start
+    if (d.will_retry) {
+        // §1.3: a retry that starts is checked first; no compaction for this turn
+        run_action a = make(run_action::kind::wait);
+        a.delay_ms = d.start->delay_ms;
+        out(std::move(*d.start));
+        a.drop_failed_reply = !summary_;  // §3.9: only after the start event
+        machine_.begin_wait();
+        return a;
+    }
+    if (summary_) {
+        summary_ = false;
+        return make(run_action::kind::summary_done);
+    }
+    if (d.to_compaction) {                                              // §1.5, §3.E6
+        if (!s.compaction.enabled) return next_or_settle(has_queued_);  // §1.6
+        if (overflow_recovered_) {                                      // §1.7
+            compaction_end_event e;
+            e.reason = "overflow";
+            e.error_message =
+                "Context overflow recovery failed after one compact-and-retry attempt. Try "
+                "reducing the context (start a new session) or switching to a model with a "
+                "larger context window.";
+            out(std::move(e));
+            return next_or_settle(has_queued_);
+        }
+        overflow_recovered_ = true;
+        run_action a = make(run_action::kind::compact);
+        a.reason = compaction_reason::overflow;
+        // an overflowed (failed) reply is dropped and the turn continues once compacted
+        a.resume = compact_resume_ = last_ && is_failed_assistant(*last_);
+        return a;
+    }
+    // §1.3: a chain that just ended with a failure is not checked either
+    if (!d.end && s.compaction.enabled && !abort_requested_ && over_threshold_) {
+        run_action a = make(run_action::kind::compact);
+        a.reason = compaction_reason::threshold;
+        compact_resume_ = false;
+        return a;
+    }
+    return next_or_settle(has_queued_);
+}
+
+run_action run_policy::on_wait_done(bool elapsed, bool has_queued, event_sink& out) {
+    wait_outcome w = machine_.on_wait_done(elapsed);
+    if (w.resume) return make(run_action::kind::run);  // §3.11: the continue is a new run
+    out(std::move(*w.end));                            // §5.2
+    fallback_role_.reset();                            // the chain is over: no success to report
+    if (summary_) {
+        summary_ = false;
+        summary_cancelled_ = true;
+        return make(run_action::kind::summary_done);
+    }
+    ending_ = w.ending;
+    return next_or_settle(has_queued);
+}
+
+run_action run_policy::on_compaction_done(bool ok, bool has_queued) noexcept {
+    if (ok && compact_resume_) return make(run_action::kind::run);
+    return next_or_settle(has_queued);
+}
+
+run_action run_policy::next_or_settle(bool has_queued) noexcept {
+    compact_resume_ = false;
+    // queued follow-ups (and steering messages no turn picked up) run before settling; after
+    // an abort() they were queued while the aborted run wound down, and the aborted prompt
+    // still completes aborted
+    run_action a = make(has_queued ? run_action::kind::run_queued : run_action::kind::settle);
+    a.has_result = has_queued ? user_abort_ : ran_;
+    return a;
+}
+
+control_effect run_policy::abort_retry() noexcept {
+    control_effect e;
+    const bool retried_in_flight = machine_.retried_attempt_in_flight();
+    if (machine_.abort_retry())
+        e.cancel_wait = true;
+    else if (retried_in_flight)
+        e.abort_stream = true;  // §5.4: the retried attempt is aborted too
+    return e;
+}
+
+control_effect run_policy::abort() noexcept {
+    user_abort_ = true;
+    control_effect e;
+    e.cancel_wait = machine_.abort();  // §5.3: the retry is cancelled first
+    e.abort_stream = true;             // then the stream in flight
+    return e;
+}
+
+prompt_result run_policy::result() const {
+    prompt_result r;
+    r.last_assistant = last_;
+    if (is_cancelled(ending_)) {
+        r.outcome = user_abort_ ? prompt_result::status::aborted : prompt_result::status::failed;
+        r.error = retry_cancelled_text;
+        return r;
+    }
+    if (!last_) return r;
+    // abort() ended the run: in a failed reply, or between a tool call and the next turn.
+    // (A requested abort alone is not enough: abort_retry() also aborts a retried attempt in
+    // flight, e.g. the overflow compaction's summary request; that is a failure.)
+    const bool cut_short = is_failed_assistant(*last_) || last_->stop == stop_reason::tool_use;
+    if (last_->stop == stop_reason::aborted || (user_abort_ && cut_short)) {
+        r.outcome = prompt_result::status::aborted;
+        r.error = last_->error_message.value_or("Request was aborted");
+    } else if (last_->stop == stop_reason::error) {
+        r.outcome = prompt_result::status::failed;
+        r.error = last_->error_message.value_or("Unknown error");
+    }
+    return r;
+}
+
+run_policy::compaction_failure run_policy::compaction_failed(bool hook_ok, bool hook_aborted,
+                                                             std::string hook_error,
+                                                             bool abort_requested) const {
+    // abort_requested comes from abort() (user_abort) or from abort_retry() while a retried
+    // summary attempt streamed: the latter cancels only the summary's retry, so the compaction
+    // fails; it is not aborted (§5.8), whatever the hook said
+    if (user_abort_)
+        return {true, hook_ok || hook_error.empty() ? "Compaction aborted" : std::move(hook_error)};
+    if (abort_requested) return {false, std::string("Compaction failed: ") + retry_cancelled_text};
+    return {hook_aborted, std::move(hook_error)};
+}
+
+}  // namespace coagent

@@ -1,0 +1,29 @@
+#pragma once
+// agent_session's private parts (not installed): what the one loop carries between the run
+// policy's actions, and the members many sessions never set.
+
+#include <coagent/session/agent_session.hpp>
+
+namespace coagent {
+
+struct agent_session::run_state {
+    bool summary = false;                     // a compaction's summary request
+    message_ptr pending;                      // prompt: the user message of the next run
+    std::uint64_t id = 0;                     // prompt: the prompt call that runs
+    std::optional<prompt_result> own_result;  // abort() ended this prompt, then more ran
+    std::string limit_provider;               // the provider of the run's last reply
+    provider_request* request = nullptr;      // summary: the request
+    std::shared_ptr<message> reply;           // summary: its latest reply
+};
+
+struct agent_session::rare_members {
+    std::shared_ptr<auth_storage> auth;
+    std::shared_ptr<model_catalog> catalog;
+    std::function<std::int64_t()> now_ms;  // empty: wall_clock_ms
+    std::string system_prompt;
+    extension_runner extensions;
+    tool_runner tools;
+    std::optional<std::string> name;
+};
+
+}  // namespace coagent

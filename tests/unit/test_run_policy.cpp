@@ -1,0 +1,624 @@
+// The run policy as plain code (session/run_policy.hpp): what the session does when a run
+// ends, told as tables of inputs → (events, next action), with no io_context. The rule ids are
+// docs/retry-policy.md's; the same rules seen through a whole session are in test_session.cpp.
+
+#include <coagent/session/run_policy.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace coagent;
+
+namespace {
+
+using kind = run_action::kind;
+using strings = std::vector<std::string>;
+
+// the events the policy emits, briefly: type and the fields the rules are about
+struct recorder final : event_sink {
+    strings seen;
+    void operator()(event e) override {
+        std::visit(
+            [&](const auto& x) {
+                using T = std::decay_t<decltype(x)>;
+                if constexpr (std::is_same_v<T, agent_end_event>)
+                    seen.push_back(std::string("agent_end{") + (x.will_retry ? "retry" : "final") +
+                                   "}");
+                else if constexpr (std::is_same_v<T, auto_retry_start_event>)
+                    seen.push_back("auto_retry_start{" + std::to_string(x.attempt) + "/" +
+                                   std::to_string(x.max_attempts) + "," +
+                                   std::to_string(x.delay_ms) + "," + x.error_message + "}");
+                else if constexpr (std::is_same_v<T, auto_retry_end_event>)
+                    seen.push_back(std::string("auto_retry_end{") + (x.success ? "ok" : "fail") +
+                                   "," + std::to_string(x.attempt) +
+                                   (x.final_error ? "," + *x.final_error : std::string()) + "}");
+                else if constexpr (std::is_same_v<T, compaction_end_event>)
+                    seen.push_back("compaction_end{" + x.reason + "," +
+                                   x.error_message.value_or("") + "}");
+                else if constexpr (std::is_same_v<T, retry_fallback_applied_event>)
+                    seen.push_back("retry_fallback_applied{" + x.from + "," + x.to + "," + x.role +
+                                   "}");
+                else if constexpr (std::is_same_v<T, retry_fallback_succeeded_event>)
+                    seen.push_back("retry_fallback_succeeded{" + x.model + "," + x.role + "}");
+                else
+                    seen.push_back("other");
+            },
+            e);
+    }
+    strings take() { return std::exchange(seen, {}); }
+};
+
+message_ptr reply(stop_reason stop, std::string error = {}) {
+    auto m = std::make_shared<message>();
+    m->role = message_role::assistant;
+    m->stop = stop;
+    m->provider = "p";
+    m->model = "m";
+    if (!error.empty()) m->error_message = std::move(error);
+    return m;
+}
+message_ptr failed(std::string error = "503 overloaded") {
+    return reply(stop_reason::error, std::move(error));
+}
+message_ptr ok() {
+    return reply(stop_reason::stop);
+}
+
+classification of(error_kind k) {
+    classification c;
+    c.kind = k;
+    return c;
+}
+
+run_end ended(message_ptr last, error_kind k = error_kind::none) {
+    run_end in;
+    in.added = {last};
+    in.last = std::move(last);
+    in.cls = of(k);
+    return in;
+}
+
+// a policy with a driver that feeds it one run's reply (message_end, then agent_end)
+struct fixture {
+    run_policy policy;
+    settings s;
+    recorder out;
+
+    run_action run(run_end in) {
+        if (in.last) policy.on_reply_end(*in.last, out);
+        return policy.on_run_end(std::move(in), s, out);
+    }
+    run_action run(message_ptr last, error_kind k = error_kind::none) {
+        return run(ended(std::move(last), k));
+    }
+};
+
+}  // namespace
+
+TEST_CASE("run policy §3.T1: two errors then success, events and actions in order",
+          "[run_policy][spec-3][spec-4][spec-7]") {
+    fixture f;
+    CHECK(f.policy.begin_prompt().what == kind::run);
+    run_action a = f.run(failed(), error_kind::retryable);
+    CHECK(f.out.take() == strings{"agent_end{retry}", "auto_retry_start{1/3,2000,503 overloaded}"});
+    REQUIRE(a.what == kind::wait);
+    CHECK(a.delay_ms == 2000);
+    CHECK(a.drop_failed_reply);  // §3.9: after the start event, which is already out
+    CHECK(f.policy.machine().is_retrying());
+    CHECK(f.policy.on_wait_done(true, false, f.out).what == kind::run);  // §3.11
+    CHECK(f.out.take().empty());
+
+    a = f.run(failed(), error_kind::retryable);
+    CHECK(f.out.take() == strings{"agent_end{retry}", "auto_retry_start{2/3,4000,503 overloaded}"});
+    CHECK(a.delay_ms == 4000);
+    CHECK(f.policy.on_wait_done(true, false, f.out).what == kind::run);
+
+    a = f.run(ok());
+    // §3.12: the end right after the successful message_end, before the run's agent_end
+    CHECK(f.out.take() == strings{"auto_retry_end{ok,2}", "agent_end{final}"});
+    REQUIRE(a.what == kind::settle);
+    CHECK(a.has_result);
+    CHECK(f.policy.result().outcome == prompt_result::status::succeeded);
+    CHECK_FALSE(f.policy.machine().is_retrying());
+    CHECK(f.policy.machine().attempt() == 0);
+}
+
+TEST_CASE("run policy §1: retry first, then the compaction decisions", "[run_policy][spec-1]") {
+    struct row {
+        const char* name;
+        error_kind k;
+        bool over_threshold;
+        bool compaction_enabled;
+        bool abort_requested;
+        kind want;
+        compaction_reason reason;
+        bool resume;
+    };
+    const row rows[] = {
+        // §1.3: a retry that starts skips the compaction check, above the threshold too
+        {"retry starts", error_kind::retryable, true, true, false, kind::wait,
+         compaction_reason::overflow, false},
+        // §1.4, §1.5: an overflow is compacted, and the turn goes on
+        {"overflow", error_kind::context_overflow, false, true, false, kind::compact,
+         compaction_reason::overflow, true},
+        // §1.6: no compaction of either kind
+        {"overflow, compaction off", error_kind::context_overflow, false, false, false,
+         kind::settle, compaction_reason::overflow, false},
+        {"threshold, compaction off", error_kind::none, true, false, false, kind::settle,
+         compaction_reason::overflow, false},
+        {"threshold", error_kind::none, true, true, false, kind::compact,
+         compaction_reason::threshold, false},
+        {"threshold after an abort", error_kind::none, true, true, true, kind::settle,
+         compaction_reason::overflow, false},
+        {"below threshold", error_kind::none, false, true, false, kind::settle,
+         compaction_reason::overflow, false},
+    };
+    for (const row& r : rows) {
+        CAPTURE(r.name);
+        fixture f;
+        f.s.compaction.enabled = r.compaction_enabled;
+        f.policy.begin_prompt();
+        run_end in = ended(r.k == error_kind::none ? ok() : failed("x"), r.k);
+        in.over_threshold = r.over_threshold;
+        in.abort_requested = r.abort_requested;
+        const run_action a = f.run(std::move(in));
+        CHECK(a.what == r.want);
+        if (a.what == kind::compact) {
+            CHECK(a.reason == r.reason);
+            CHECK(a.resume == r.resume);
+        }
+    }
+}
+
+TEST_CASE("run policy §1.3: a chain that just ended in failure is not compacted on threshold",
+          "[run_policy][spec-1]") {
+    fixture f;
+    f.s.retry.max_retries = 1;
+    f.policy.begin_prompt();
+    f.run(failed(), error_kind::retryable);
+    f.policy.on_wait_done(true, false, f.out);
+    f.out.take();
+    run_end in = ended(failed("400 bad request"), error_kind::none);
+    in.over_threshold = true;
+    CHECK(f.run(std::move(in)).what == kind::settle);
+    CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,1,400 bad request}"});
+}
+
+TEST_CASE("run policy §1.7: one overflow recovery per prompt; §1.5 the continue",
+          "[run_policy][spec-1]") {
+    fixture f;
+    f.policy.begin_prompt();
+    run_action a = f.run(failed("prompt is too long"), error_kind::context_overflow);
+    CHECK(f.out.take() == strings{"agent_end{final}"});
+    REQUIRE(a.what == kind::compact);
+    CHECK(a.resume);
+    CHECK(f.policy.on_compaction_done(true, false).what == kind::run);  // the turn continues once
+    a = f.run(failed("prompt is too long"), error_kind::context_overflow);
+    CHECK(a.what == kind::settle);
+    CHECK(f.out.take() ==
+          strings{"agent_end{final}",
+                  "compaction_end{overflow,Context overflow recovery failed after one "
+                  "compact-and-retry attempt. Try reducing the context (start a new session) or "
+                  "switching to a model with a larger context window.}"});
+    CHECK(f.policy.result().outcome == prompt_result::status::failed);
+    CHECK(f.policy.result().error == "prompt is too long");
+
+    // a failed compaction does not continue; the next prompt may recover again
+    f.policy.begin_prompt();
+    a = f.run(failed("prompt is too long"), error_kind::context_overflow);
+    REQUIRE(a.what == kind::compact);
+    CHECK(f.policy.on_compaction_done(false, false).what == kind::settle);
+    // a silent overflow (a reply that succeeded) is compacted without continuing
+    f.policy.begin_prompt();
+    a = f.run(ok(), error_kind::context_overflow);
+    REQUIRE(a.what == kind::compact);
+    CHECK_FALSE(a.resume);
+    CHECK(f.policy.on_compaction_done(true, false).what == kind::settle);
+}
+
+TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's result",
+          "[run_policy][spec-3][spec-5][spec-7]") {
+    SECTION("§3.E1 success") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        f.run(ok());
+        CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
+        CHECK(f.policy.result().outcome == prompt_result::status::succeeded);
+    }
+    SECTION("§3.E2 exhausted: attempt = counter - 1 (§4.1, §4.3)") {
+        fixture f;
+        f.policy.begin_prompt();
+        for (int i = 0; i < 3; ++i) {
+            REQUIRE(f.run(failed(), error_kind::retryable).what == kind::wait);
+            f.policy.on_wait_done(true, false, f.out);
+        }
+        f.out.take();
+        f.s.retry.max_retries = 2;  // §3.1: read again at every agent_end
+        CHECK(f.run(failed("502"), error_kind::retryable).what == kind::settle);
+        CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,3,502}"});
+        CHECK(f.policy.result().outcome == prompt_result::status::failed);
+        CHECK(f.policy.result().error == "502");
+    }
+    SECTION("§3.E3 abort_retry in the backoff, and §5.6 a cancel after the timer fired") {
+        for (bool fired : {false, true}) {
+            CAPTURE(fired);
+            fixture f;
+            f.policy.begin_prompt();
+            f.run(failed(), error_kind::retryable);
+            f.out.take();
+            const control_effect e = f.policy.abort_retry();
+            CHECK(e.cancel_wait);
+            CHECK_FALSE(e.abort_stream);
+            CHECK(f.policy.on_wait_done(fired, false, f.out).what == kind::settle);
+            CHECK(f.out.take() == strings{"auto_retry_end{fail,1,Retry cancelled}"});
+            const prompt_result r = f.policy.result();
+            CHECK(r.outcome == prompt_result::status::failed);
+            CHECK(r.error == "Retry cancelled");
+            CHECK_FALSE(f.policy.machine().is_retrying());
+        }
+    }
+    SECTION("§3.E3 with abort(): the same end, the prompt is aborted (§5.3, §5.7)") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.out.take();
+        const control_effect e = f.policy.abort();
+        CHECK(e.cancel_wait);
+        CHECK(e.abort_stream);
+        CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::settle);
+        CHECK(f.out.take() == strings{"auto_retry_end{fail,1,Retry cancelled}"});
+        CHECK(f.policy.result().outcome == prompt_result::status::aborted);
+        CHECK(f.policy.result().error == "Retry cancelled");
+    }
+    SECTION("§3.E4 abort_retry while a retried attempt streams: that attempt is aborted (§5.4)") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        const control_effect e = f.policy.abort_retry();
+        CHECK_FALSE(e.cancel_wait);
+        CHECK(e.abort_stream);
+        run_end in = ended(reply(stop_reason::aborted, "Request was aborted"));
+        in.abort_requested = true;
+        CHECK(f.run(std::move(in)).what == kind::settle);
+        CHECK(f.out.take() ==
+              strings{"agent_end{final}", "auto_retry_end{fail,1,Retry cancelled}"});
+        CHECK(f.policy.result().outcome == prompt_result::status::failed);
+        CHECK(f.policy.result().error == "Retry cancelled");
+    }
+    SECTION("§3.E5 a non-retryable error ends the chain with that error") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        CHECK(f.run(failed("401 unauthorized"), error_kind::none).what == kind::settle);
+        CHECK(f.out.take() ==
+              strings{"agent_end{final}", "auto_retry_end{fail,1,401 unauthorized}"});
+    }
+    SECTION("§3.E6 a retried attempt overflows: the end, then the compaction path") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        const run_action a = f.run(failed("prompt is too long"), error_kind::context_overflow);
+        CHECK(f.out.take() ==
+              strings{"agent_end{final}", "auto_retry_end{fail,1,prompt is too long}"});
+        CHECK(a.what == kind::compact);
+        CHECK(a.reason == compaction_reason::overflow);
+    }
+    SECTION(
+        "§3.E7 retry.enabled turned off during the wait: the wait goes on, the next failure ends "
+        "the chain") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.s.retry.enabled = false;
+        CHECK(f.policy.on_wait_done(true, false, f.out).what == kind::run);  // §8.10
+        f.out.take();
+        CHECK(f.run(failed("503 again"), error_kind::retryable).what == kind::settle);
+        CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,1,503 again}"});
+    }
+}
+
+TEST_CASE("run policy §3.2, §4.7: no chain, no retry events; maxRetries 0 ends without a start",
+          "[run_policy][spec-3][spec-4]") {
+    fixture f;
+    f.s.retry.enabled = false;
+    f.policy.begin_prompt();
+    CHECK(f.run(failed(), error_kind::retryable).what == kind::settle);
+    CHECK(f.out.take() == strings{"agent_end{final}"});
+
+    fixture z;
+    z.s.retry.max_retries = 0;
+    z.policy.begin_prompt();
+    CHECK(z.run(failed(), error_kind::retryable).what == kind::settle);
+    CHECK(z.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,0,503 overloaded}"});
+    // §10.7: nothing carries over; the next chain starts at attempt 1 with the base delay
+    z.s.retry.max_retries = 3;
+    z.policy.begin_prompt();
+    const run_action a = z.run(failed(), error_kind::retryable);
+    CHECK(a.delay_ms == 2000);
+    CHECK(z.out.take() == strings{"agent_end{retry}", "auto_retry_start{1/3,2000,503 overloaded}"});
+}
+
+TEST_CASE("run policy §5.5: abort_retry with no retry pending does nothing",
+          "[run_policy][spec-5]") {
+    fixture f;
+    f.policy.begin_prompt();  // a first attempt streams
+    const control_effect e = f.policy.abort_retry();
+    CHECK_FALSE(e.cancel_wait);
+    CHECK_FALSE(e.abort_stream);
+    // and the first attempt's retryable error still starts a chain
+    CHECK(f.run(failed(), error_kind::retryable).what == kind::wait);
+    CHECK(f.policy.retry_now());  // a backoff runs now
+}
+
+TEST_CASE("run policy: retry_now ends the wait as if it had elapsed; not after abort_retry",
+          "[run_policy][spec-5]") {
+    fixture f;
+    f.policy.begin_prompt();
+    CHECK_FALSE(f.policy.retry_now());  // no backoff
+    f.run(failed(), error_kind::retryable);
+    f.out.take();
+    CHECK(f.policy.retry_now());
+    CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::run);  // the cancelled timer
+    CHECK(f.out.take().empty());        // no end: the chain goes on
+    CHECK_FALSE(f.policy.retry_now());  // the attempt streams
+    f.run(failed(), error_kind::retryable);
+    f.out.take();
+    f.policy.abort_retry();
+    CHECK_FALSE(f.policy.retry_now());  // a cancelled wait stays cancelled
+    CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::settle);
+    CHECK(f.out.take() == strings{"auto_retry_end{fail,2,Retry cancelled}"});
+}
+
+TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then model fallback",
+          "[run_policy][spec-3][spec-11]") {
+    const auto chains = [] {
+        settings s;
+        using chain_list = std::vector<std::pair<std::string, std::vector<std::string>>>;
+        s.retry.fallback = std::make_shared<const chain_list>(chain_list{{"default", {"q/n"}}});
+        return s;
+    };
+    SECTION("a credential switch: the wait becomes 0, no event before the answer") {
+        fixture f;
+        f.policy.begin_prompt();
+        run_action a = f.run(failed("usage limit reached"), error_kind::usage_limit);
+        CHECK(a.what == kind::switch_credential);
+        CHECK(f.out.take().empty());  // agent_end waits for the answer: its willRetry depends on it
+        a = f.policy.on_credential_switch(true, f.s, f.out);
+        CHECK(f.out.take() ==
+              strings{"agent_end{retry}", "auto_retry_start{1/3,0,usage limit reached}"});
+        CHECK(a.what == kind::wait);
+        CHECK(a.delay_ms == 0);
+    }
+    SECTION("no credential, no catalog: the spec's backoff") {
+        fixture f;
+        f.s = chains();
+        f.policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = false;
+        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
+        const run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        CHECK(a.what == kind::wait);
+        CHECK(a.delay_ms == 2000);
+    }
+    SECTION("no credential, a fallback model: switch at once, report its success once (§9.10)") {
+        fixture f;
+        f.s = chains();
+        f.policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = true;
+        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
+        run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        REQUIRE(a.what == kind::switch_model);
+        CHECK(f.out.take().empty());
+        a = f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s,
+                                     f.out);
+        CHECK(f.out.take() == strings{"agent_end{retry}", "retry_fallback_applied{p/m,q/n,default}",
+                                      "auto_retry_start{1/3,0,usage limit reached}"});
+        CHECK(a.delay_ms == 0);
+        f.policy.on_wait_done(true, false, f.out);
+        auto good = std::make_shared<message>(*ok());
+        good->provider = "q";
+        good->model = "n";
+        f.run(good);
+        CHECK(f.out.take() == strings{"retry_fallback_succeeded{q/n,default}",
+                                      "auto_retry_end{ok,1}", "agent_end{final}"});
+    }
+    SECTION("a fallback whose chain was cancelled reports no success later") {
+        fixture f;
+        f.s = chains();
+        f.policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = true;
+        f.run(std::move(in));
+        f.policy.on_credential_switch(false, f.s, f.out);
+        f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s, f.out);
+        f.policy.abort_retry();
+        f.policy.on_wait_done(false, false, f.out);
+        f.out.take();
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        f.run(ok());
+        CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
+    }
+    SECTION("no fallback model found: the backoff") {
+        fixture f;
+        f.s = chains();
+        f.policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = true;
+        f.run(std::move(in));
+        REQUIRE(f.policy.on_credential_switch(false, f.s, f.out).what == kind::switch_model);
+        const run_action a = f.policy.on_model_switch(std::nullopt, f.s, f.out);
+        CHECK(a.delay_ms == 2000);
+        CHECK(f.out.take() ==
+              strings{"agent_end{retry}", "auto_retry_start{1/3,2000,usage limit reached}"});
+    }
+}
+
+TEST_CASE("run policy §7: queued messages run before the settle; one result per prompt",
+          "[run_policy][spec-7][spec-5]") {
+    SECTION("a follow-up: run_queued, then the next prompt runs; the settle has a result") {
+        fixture f;
+        f.policy.begin_prompt();
+        run_end in = ended(ok());
+        in.has_queued = true;
+        run_action a = f.run(std::move(in));
+        REQUIRE(a.what == kind::run_queued);
+        CHECK_FALSE(a.has_result);  // nothing aborted: the prompt completes at the settle
+        CHECK(f.policy.begin_next().what == kind::run);
+        a = f.run(failed("401"), error_kind::none);
+        REQUIRE(a.what == kind::settle);
+        CHECK(a.has_result);
+        CHECK(f.policy.result().outcome == prompt_result::status::failed);
+    }
+    SECTION("abort_retry: the queued follow-ups still run (§5.7)") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.abort_retry();
+        const run_action a = f.policy.on_wait_done(false, true, f.out);
+        CHECK(a.what == kind::run_queued);
+        CHECK_FALSE(a.has_result);
+    }
+    SECTION(
+        "abort() then a message queued while the run wound down: the aborted prompt's result "
+        "first, and the next prompt is not aborted") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.policy.abort();
+        run_end in = ended(reply(stop_reason::aborted, "Request was aborted"));
+        in.abort_requested = true;
+        in.has_queued = true;
+        const run_action a = f.run(std::move(in));
+        REQUIRE(a.what == kind::run_queued);
+        CHECK(a.has_result);
+        CHECK(f.policy.result().outcome == prompt_result::status::aborted);
+        f.policy.begin_next();
+        f.run(ok());
+        CHECK(f.policy.result().outcome == prompt_result::status::succeeded);
+    }
+    SECTION("a hand-over after a manual compaction with nothing left to run") {
+        fixture f;
+        f.policy.begin_compaction();
+        run_action a = f.policy.begin_handover(false);
+        CHECK(a.what == kind::settle);
+        CHECK_FALSE(a.has_result);  // nothing ran: the prompts keep the last result
+        a = f.policy.begin_handover(true);
+        CHECK(a.what == kind::run_queued);
+    }
+    SECTION("abort() cuts a tool turn short: aborted, not succeeded") {
+        fixture f;
+        f.policy.begin_prompt();
+        f.policy.abort();
+        f.run(reply(stop_reason::tool_use));
+        CHECK(f.policy.result().outcome == prompt_result::status::aborted);
+    }
+}
+
+TEST_CASE("run policy §1.8: a compaction's summary request is a chain of its own",
+          "[run_policy][spec-1][spec-5]") {
+    fixture f;
+    f.policy.begin_prompt();
+    REQUIRE(f.run(failed("prompt is too long"), error_kind::context_overflow).what ==
+            kind::compact);
+    f.out.take();
+
+    CHECK(f.policy.begin_summary().what == kind::run);
+    run_action a = f.run(failed(), error_kind::retryable);
+    // no agent_end inside a compaction, and the summary's failure is not in the context
+    CHECK(f.out.take() == strings{"auto_retry_start{1/3,2000,503 overloaded}"});
+    REQUIRE(a.what == kind::wait);
+    CHECK_FALSE(a.drop_failed_reply);
+    CHECK(f.policy.on_wait_done(true, false, f.out).what == kind::run);
+    a = f.run(ok());
+    CHECK(f.out.take() == strings{"auto_retry_end{ok,1}"});
+    CHECK(a.what == kind::summary_done);
+    CHECK_FALSE(f.policy.summary_cancelled());
+
+    // the outer prompt goes on where it was: the compaction continues the turn
+    CHECK(f.policy.on_compaction_done(true, false).what == kind::run);
+    CHECK(f.run(ok()).what == kind::settle);
+    CHECK(f.out.take() == strings{"agent_end{final}"});
+
+    SECTION("§5.8: abort_retry in the summary's backoff fails the compaction") {
+        f.policy.begin_prompt();
+        f.run(failed("prompt is too long"), error_kind::context_overflow);
+        f.policy.begin_summary();
+        f.run(failed(), error_kind::retryable);
+        f.out.take();
+        f.policy.abort_retry();
+        CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::summary_done);
+        CHECK(f.out.take() == strings{"auto_retry_end{fail,1,Retry cancelled}"});
+        CHECK(f.policy.summary_cancelled());
+        const auto fail = f.policy.compaction_failed(false, false, "x", false);
+        CHECK_FALSE(fail.aborted);
+        CHECK(fail.error == "x");
+        // the overflow's prompt completes failed with the overflow's error, not "Retry cancelled"
+        CHECK(f.policy.on_compaction_done(false, false).what == kind::settle);
+        CHECK(f.policy.result().outcome == prompt_result::status::failed);
+        CHECK(f.policy.result().error == "prompt is too long");
+    }
+}
+
+TEST_CASE("run policy §5.8: how a compaction without a summary ends", "[run_policy][spec-5]") {
+    fixture f;
+    f.policy.begin_compaction();
+    auto r = f.policy.compaction_failed(false, true, "hook aborted", false);
+    CHECK(r.aborted);
+    CHECK(r.error == "hook aborted");
+    // abort_retry() aborted a retried summary attempt: failed, whatever the hook said
+    r = f.policy.compaction_failed(false, true, "hook aborted", true);
+    CHECK_FALSE(r.aborted);
+    CHECK(r.error == "Compaction failed: Retry cancelled");
+    f.policy.abort();
+    r = f.policy.compaction_failed(true, false, "", true);
+    CHECK(r.aborted);
+    CHECK(r.error == "Compaction aborted");
+    r = f.policy.compaction_failed(false, false, "network down", true);
+    CHECK(r.aborted);
+    CHECK(r.error == "network down");
+}
+
+TEST_CASE("retry machine: the chain ending is a value (§3.E)", "[run_policy][spec-3]") {
+    retry_machine m;
+    retry_settings s;
+    const auto err = *failed();
+    auto d = m.on_agent_end(&err, of(error_kind::retryable), s);
+    REQUIRE(d.will_retry);
+    CHECK(d.ending == chain_end::none);
+    m.begin_wait();
+    m.on_wait_done(true);
+    s.enabled = false;
+    d = m.on_agent_end(&err, of(error_kind::retryable), s);
+    CHECK(d.ending == chain_end::disabled);
+    s.enabled = true;
+    m.on_agent_end(&err, of(error_kind::retryable), s);
+    m.begin_wait();
+    m.on_wait_done(true);
+    d = m.on_agent_end(&err, of(error_kind::context_overflow), s);
+    CHECK(d.ending == chain_end::overflowed);
+    m.on_agent_end(&err, of(error_kind::retryable), s);
+    m.begin_wait();
+    m.on_wait_done(true);
+    d = m.on_agent_end(&err, of(error_kind::none), s);
+    CHECK(d.ending == chain_end::failed);
+    m.on_agent_end(&err, of(error_kind::retryable), s);
+    m.begin_wait();
+    CHECK(m.abort_retry());
+    CHECK(m.on_wait_done(false).ending == chain_end::cancelled_waiting);
+    s.max_retries = 0;
+    CHECK(m.on_agent_end(&err, of(error_kind::retryable), s).ending == chain_end::exhausted);
+}
