@@ -256,6 +256,13 @@ class rpc_server {
                 case k::prompt: {
                     const auto b = c.behavior;
                     if (busy() && b == streaming_behavior::none) {
+                        // during a backoff (not while a request streams) the message joins
+                        // the chain and the next attempt goes out at once (issue 26)
+                        if (launching_ == 0 && session_->can_join_backoff()) {
+                            ok(c);  // the response goes out before the message's events
+                            session_->join_backoff(std::move(c.message));
+                            return;
+                        }
                         fail(c, busy_refusal);
                         return;
                     }

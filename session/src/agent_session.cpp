@@ -261,6 +261,16 @@ bool agent_session::retry_now() {
     return true;
 }
 
+bool agent_session::join_backoff(std::string text) {
+    if (!busy_ || !policy_.join()) return false;
+    auto m = std::make_shared<message>(make_user_message(std::move(text)));
+    append(m);  // after the failed reply left the context (§3.9): the next request has both
+    emit(message_start_event{m});
+    emit(message_end_event{m});
+    backoff_.cancel();
+    return true;
+}
+
 void agent_session::abort() {
     if (!busy_) return;
     const control_effect e = policy_.abort();
@@ -285,7 +295,8 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text,
 
 void agent_session::cancel_prompt(std::uint64_t id) {
     if (queue_.cancel(id)) return;  // still queued: only this message goes
-    if (busy_ && running_id_ == id) abort();
+    // the running prompt, or one whose message joined its backoff: the chain is aborted
+    if (busy_ && (running_id_ == id || queue_.joined(id))) abort();
 }
 
 namespace {
@@ -301,7 +312,12 @@ prompt_result refused_while_compacting() {
 asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
                                                          streaming_behavior behavior,
                                                          std::uint64_t id) {
-    if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
+    if (busy_) {
+        // a message from the user during a backoff joins the chain and retries now
+        if (behavior == streaming_behavior::none && join_backoff(std::move(text)))
+            co_return co_await wait_for_settle(id);
+        co_return co_await queue_while_busy(std::move(text), behavior, id);
+    }
     if (compacting_) co_return refused_while_compacting();
     busy_ = true;
     running_id_ = id;
@@ -439,6 +455,17 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         r.error = "Cancelled before it ran";
         co_return r;
     }
+    co_return own_result ? std::move(*own_result) : last_result_;
+}
+
+asio::awaitable<prompt_result> agent_session::wait_for_settle(std::uint64_t id) {
+    latch wake(executor_);
+    bool cancelled = false;  // never set: no queued message of its own
+    bool run_now = false;    // never set: a backoff is not a manual compaction
+    std::optional<prompt_result> own_result;
+    queue_.park({id, &wake, &cancelled, &own_result, &run_now, true});
+    co_await wake.wait();
+    queue_.unpark(&wake);
     co_return own_result ? std::move(*own_result) : last_result_;
 }
 

@@ -705,7 +705,7 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     auto busy = p.call("p2", "prompt", {{"message", "second"}});
     CHECK(
         busy ==
-        obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
+        obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (a request is streaming). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
     CHECK(p.call("ns", "new_session").at("success") == false);
     CHECK(p.call("k", "compact").at("error") ==
           "Agent is busy: compact when the session is idle (after agent_settled).");
@@ -1031,6 +1031,30 @@ TEST_CASE("rpc mode: abort_retry in the backoff ends the chain with Retry cancel
     CHECK(p.call("ar2", "abort_retry").at("success") == true);  // idle: no effect, still answered
     p.close_stdin();
     CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: a plain prompt during the backoff is accepted, joins, and retries now",
+          "[rpc][process][retry][issue-26]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    rpc_process p(env,
+                  fa({}, R"([{"error":"503 Service Unavailable","status":503},{"text":"Both"}])"));
+    p.next();
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("auto_retry_start");
+    const auto from = p.position();
+    CHECK(p.call("p2", "prompt", {{"message", "one more thing"}}) ==
+          obj(R"({"id":"p2","type":"response","command":"prompt","success":true})"));
+    p.next_of("agent_settled");  // long before the 20 s wait would have ended
+    CHECK(brief(p.since(from)) == strings{"message_start:user", "message_end:user", "agent_start",
+                                          "turn_start", "message_start:assistant",
+                                          "message_end:assistant:stop", "auto_retry_end{ok,1}",
+                                          "turn_end", "agent_end{final}", "agent_settled"});
+    auto msgs = p.call("m", "get_messages").at("data").at("messages").as_array();
+    REQUIRE(msgs.size() == 3);
+    CHECK(msgs[1].at("role") == "user");
+    CHECK(p.call("s", "get_state").at("data").at("isRetrying") == false);
+    p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }
 

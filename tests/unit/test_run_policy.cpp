@@ -622,3 +622,28 @@ TEST_CASE("retry machine: the chain ending is a value (§3.E)", "[run_policy][sp
     s.max_retries = 0;
     CHECK(m.on_agent_end(&err, of(error_kind::retryable), s).ending == chain_end::exhausted);
 }
+
+TEST_CASE("run policy §7.6: a user message during a backoff ends the wait; the chain goes on",
+          "[run_policy][spec-7]") {
+    fixture f;
+    f.policy.begin_prompt();
+    CHECK_FALSE(f.policy.can_join());  // a first attempt streams
+    f.run(failed(), error_kind::retryable);
+    f.out.take();
+    REQUIRE(f.policy.can_join());
+    CHECK(f.policy.join());
+    // the cancelled timer resumes: no end, the next attempt is the chain's retry 1
+    CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::run);
+    CHECK(f.out.take().empty());
+    CHECK(f.policy.machine().attempt() == 1);
+    CHECK_FALSE(f.policy.can_join());
+    f.run(ok());
+    CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
+    // after abort_retry() a message cannot join: the wait stays cancelled
+    fixture g;
+    g.policy.begin_prompt();
+    g.run(failed(), error_kind::retryable);
+    g.policy.abort_retry();
+    CHECK_FALSE(g.policy.can_join());
+    CHECK_FALSE(g.policy.join());
+}

@@ -130,7 +130,7 @@ struct driver {
 
 // ---- policy §6: the loader and the Esc handler ------------------------------------------------
 
-TEST_CASE("tui: Enter on an empty editor retries now while the retry loader shows",
+TEST_CASE("tui: Enter during the retry loader: empty retries now, text joins the backoff",
           "[tui][retry-now]") {
     REQUIRE(utf8_locale);
     driver d;
@@ -145,12 +145,18 @@ TEST_CASE("tui: Enter on an empty editor retries now while the retry loader show
           std::string::npos);
     // the loader keeps the policy's text
     CHECK(d.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
-    // text typed during the backoff is still a queued follow-up, not a retry-now
+    // text typed during the backoff joins it and retries now (issue 26): not queued
     auto q = d.c.on_enter("later");
     CHECK(q.type == tui_command::kind::submit);
-    CHECK(q.queued);
+    CHECK(q.join);
+    CHECK_FALSE(q.queued);
+    CHECK(d.c.queued().empty());
     d.ev(agent_start_event{});
     CHECK(d.c.on_enter("").type == tui_command::kind::none);  // the retry runs: nothing
+    // while the retried attempt streams, text is a queued follow-up again
+    auto f = d.c.on_enter("after");
+    CHECK(f.queued);
+    CHECK_FALSE(f.join);
 }
 
 TEST_CASE(

@@ -81,9 +81,10 @@ class agent_session {
   public:
     using listener = std::function<void(const event&)>;
 
-    /// The refusal text of a prompt sent while busy without a streaming behaviour.
+    /// The refusal text of a prompt sent while a request streams without a streaming behaviour
+    /// (during a backoff such a prompt joins the chain: join_backoff()).
     static constexpr const char* busy_message =
-        "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
+        "Agent is busy (a request is streaming). Send the message with streamingBehavior "
         "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
         "current prompt), or wait for agent_settled.";
 
@@ -173,6 +174,15 @@ class agent_session {
     /// false, with no effect, when no backoff is running (also during a retried attempt, or
     /// after abort_retry()).
     bool retry_now();
+    /// A message from the user during a backoff is a reason to try now: when a backoff is
+    /// running, `text` joins the conversation (appended to the context and persisted;
+    /// message_start/message_end(user) are emitted at once), the wait ends as with retry_now()
+    /// and the next attempt's request carries it. Returns false, with no effect, when no
+    /// backoff is running. prompt(text) without a streaming behaviour does this during a
+    /// backoff and completes with the chain's result at its settle; RPC's `prompt` uses it.
+    bool join_backoff(std::string text);
+    /// join_backoff() would succeed now.
+    bool can_join_backoff() const noexcept { return policy_.can_join(); }
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
     /// wait in progress).
@@ -266,6 +276,8 @@ class agent_session {
                                                      std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
                                                            std::uint64_t id);
+    // a prompt whose message joined a backoff: parked until the settle, with the chain's result
+    boost::asio::awaitable<prompt_result> wait_for_settle(std::uint64_t id);
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
