@@ -3,6 +3,8 @@
 
 #include "rpc_child.hpp"
 
+#include <coagent/runtime/latch.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -21,37 +23,29 @@ using std::chrono::milliseconds;
 
 namespace {
 
-/// A latch with a deadline: complete() sets `done` and cancels the timer; the waiting
-/// coroutine checks `done` first (a cancel after the deadline fired is a no-op).
+/// What a request, start(), stop() or wait_for_settled() waits on: a latch (with the wait's
+/// deadline) and what completed it.
 struct waiter {
-    explicit waiter(const asio::any_io_executor& ex) : timer(ex) {}
-    asio::steady_timer timer;
-    bool done = false;
+    explicit waiter(const asio::any_io_executor& ex) : wake(ex) {}
+    latch wake;
     std::optional<json::object> response;
     std::optional<rpc_error> error;
     std::uint64_t target = 0;  // wait_for_settled: the settled count that completes it
 
-    void complete() {
-        if (done) return;
-        done = true;
-        timer.cancel();
-    }
+    bool done() const noexcept { return wake.woken(); }
+    void complete() noexcept { wake.wake(); }
     void fail(const rpc_error& e) {
-        if (done) return;
+        if (done()) return;
         error = e;
         complete();
     }
 };
 
 /// Waits until `w` completes (returns false) or the timeout passes (returns true). A
-/// cancellation of the calling coroutine throws system_error(operation_aborted).
+/// cancellation of the calling coroutine throws system_error(operation_aborted). `w` is kept
+/// alive by the caller's reference for the wait.
 asio::awaitable<bool> await_waiter(std::shared_ptr<waiter> w, milliseconds timeout) {
-    if (w->done) co_return false;
-    w->timer.expires_after(timeout);
-    auto [ec] = co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (w->done) co_return false;
-    if (!ec) co_return true;
-    throw boost::system::system_error(ec);
+    co_return co_await w->wake.wait_for(timeout);
 }
 
 std::string excerpt(std::string_view s, std::size_t n = 200) {
@@ -79,14 +73,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     std::uint64_t settled_seen = 0;
     std::optional<std::uint64_t> settle_mark;  // settled_seen when the last prompt was sent
 
-    struct listener_entry {
-        std::uint64_t id;
-        event_listener fn;
-    };
-    std::vector<listener_entry> listeners;
-    std::uint64_t next_listener = 1;
-    int dispatch_depth = 0;
-    bool listeners_dirty = false;
+    listener_list<const json::object&> listeners;
 
     bool spawned() const noexcept { return child && child->spawned(); }
     std::optional<int> status() const noexcept { return child ? child->status() : std::nullopt; }
@@ -175,31 +162,11 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
             ++settled_seen;
             for (auto& w : settle_waiters)
                 if (settled_seen >= w->target) w->complete();
-            std::erase_if(settle_waiters, [](const auto& w) { return w->done; });
+            std::erase_if(settle_waiters, [](const auto& w) { return w->done(); });
         }
     }
 
-    void dispatch(const json::object& o) {
-        ++dispatch_depth;
-        for (std::size_t i = 0; i < listeners.size(); ++i)  // a listener may add one
-            if (listeners[i].fn) listeners[i].fn(o);
-        if (--dispatch_depth == 0 && listeners_dirty) {
-            std::erase_if(listeners, [](const listener_entry& e) { return !e.fn; });
-            listeners_dirty = false;
-        }
-    }
-
-    void unsubscribe(std::uint64_t id) noexcept {
-        for (auto& e : listeners)
-            if (e.id == id) {
-                e.fn = nullptr;
-                listeners_dirty = true;
-            }
-        if (dispatch_depth == 0 && listeners_dirty) {
-            std::erase_if(listeners, [](const listener_entry& e) { return !e.fn; });
-            listeners_dirty = false;
-        }
-    }
+    void dispatch(const json::object& o) { listeners.dispatch(o); }
 
     // ---- the end ------------------------------------------------------------------------
 
@@ -273,23 +240,6 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     }
 };
 
-// ---- subscription -------------------------------------------------------------------------
-
-rpc_client::subscription& rpc_client::subscription::operator=(subscription&& o) noexcept {
-    if (this != &o) {
-        reset();
-        p_ = std::move(o.p_);
-        id_ = o.id_;
-        o.p_.reset();
-    }
-    return *this;
-}
-
-void rpc_client::subscription::reset() noexcept {
-    if (auto p = p_.lock()) p->unsubscribe(id_);
-    p_.reset();
-}
-
 // ---- rpc_client ---------------------------------------------------------------------------
 
 rpc_client::rpc_client(asio::io_context& io, rpc_client_options opts)
@@ -302,7 +252,7 @@ rpc_client::~rpc_client() {
         w->fail(rpc_error(rpc_error::reason::not_running, "stop", "the rpc_client was destroyed"));
     p.exit_waiters.clear();
     if (p.child) p.child->destroy();
-    for (auto& l : p.listeners) l.fn = nullptr;
+    p.listeners.clear();
 }
 
 asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
@@ -357,9 +307,8 @@ void rpc_client::kill() noexcept {
 }
 
 rpc_client::subscription rpc_client::on_event(event_listener listener) {
-    const auto id = impl_->next_listener++;
-    impl_->listeners.push_back({id, std::move(listener)});
-    return subscription(impl_, id);
+    // guarded: the subscription may outlive the client (it then does nothing)
+    return impl_->listeners.add(std::move(listener), std::weak_ptr<void>(impl_));
 }
 
 asio::awaitable<json::value> rpc_client::request(json::object command,

@@ -647,3 +647,73 @@ TEST_CASE("run policy §7.6: a user message during a backoff ends the wait; the 
     CHECK_FALSE(g.policy.can_join());
     CHECK_FALSE(g.policy.join());
 }
+
+// ---- the parts agent_session and rpc_client are made of ------------------------------------
+
+#include <coagent/runtime/latch.hpp>
+#include <coagent/runtime/listener_list.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+TEST_CASE("listener_list: order, removal and addition during dispatch, guarded subscriptions",
+          "[parts]") {
+    listener_list<int> list;
+    std::vector<std::string> calls;
+    subscription b;
+    subscription added;
+    subscription a = list.add([&](int v) {
+        calls.push_back("a" + std::to_string(v));
+        b.reset();  // removes a later listener while dispatching: it is not called
+        if (v == 1) added = list.add([&](int w) { calls.push_back("new" + std::to_string(w)); });
+    });
+    b = list.add([&](int v) { calls.push_back("b" + std::to_string(v)); });
+    list.dispatch(1);
+    // a listener added during a dispatch is called in that dispatch, after the others
+    CHECK(calls == std::vector<std::string>{"a1", "new1"});
+    calls.clear();
+    a.reset();
+    list.dispatch(2);
+    CHECK(calls == std::vector<std::string>{"new2"});
+    CHECK_FALSE(list.empty());
+    added.reset();
+    CHECK(list.empty());
+
+    // a guarded subscription may outlive its list
+    subscription late;
+    {
+        auto owner = std::make_shared<listener_list<int>>();
+        late = owner->add([](int) {}, std::weak_ptr<void>(owner));
+    }
+    late.reset();  // the list is gone: nothing happens (ASan would catch a use after free)
+}
+
+TEST_CASE("latch: a wake before the wait is kept; wait_for reports a timeout", "[parts]") {
+    boost::asio::io_context io;
+    latch early(io.get_executor());
+    early.wake();
+    bool woke = false;
+    // named: the coroutine refers to the closure's captures, which must outlive io.run()
+    const auto wait_early = [&]() -> boost::asio::awaitable<void> {
+        co_await early.wait();
+        woke = true;
+    };
+    boost::asio::co_spawn(io, wait_early, [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    io.run();
+    CHECK(woke);
+
+    io.restart();
+    latch never(io.get_executor());
+    std::optional<bool> timed_out;
+    const auto wait_never = [&]() -> boost::asio::awaitable<void> {
+        timed_out = co_await never.wait_for(std::chrono::milliseconds(1));
+    };
+    boost::asio::co_spawn(io, wait_never, [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    io.run();
+    CHECK(timed_out == true);
+    CHECK_FALSE(never.woken());
+}
