@@ -93,6 +93,21 @@ struct fixture {
     run_action run(message_ptr last, error_kind k = error_kind::none) {
         return run(ended(std::move(last), k));
     }
+    /// A prompt whose first attempt failed retryably and whose retry 1 now streams.
+    void retrying() {
+        policy.begin_prompt();
+        run(failed(), error_kind::retryable);
+        policy.on_wait_done(true, false, out);
+        out.take();
+    }
+    /// A prompt whose first attempt hit a usage limit, and no credential switched.
+    run_action no_credential(bool can_fall_back) {
+        policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = can_fall_back;
+        REQUIRE(run(std::move(in)).what == kind::switch_credential);
+        return policy.on_credential_switch(false, s, out);
+    }
 };
 
 }  // namespace
@@ -222,10 +237,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
           "[run_policy][spec-3][spec-5][spec-7]") {
     SECTION("§3.E1 success") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         f.run(ok());
         CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
         CHECK(f.policy.result().outcome == prompt_result::status::succeeded);
@@ -277,10 +289,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
     SECTION("§3.E4 abort_retry while a retried attempt streams: that attempt is aborted (§5.4)") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         const control_effect e = f.policy.abort_retry();
         CHECK_FALSE(e.cancel_wait);
         CHECK(e.abort_stream);
@@ -294,20 +303,14 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
     SECTION("§3.E5 a non-retryable error ends the chain with that error") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         CHECK(f.run(failed("401 unauthorized"), error_kind::none).what == kind::settle);
         CHECK(f.out.take() ==
               strings{"agent_end{final}", "auto_retry_end{fail,1,401 unauthorized}"});
     }
     SECTION("§3.E6 a retried attempt overflows: the end, then the compaction path") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         const run_action a = f.run(failed("prompt is too long"), error_kind::context_overflow);
         CHECK(f.out.take() ==
               strings{"agent_end{final}", "auto_retry_end{fail,1,prompt is too long}"});
@@ -403,22 +406,14 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("no credential, no catalog: the spec's backoff") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = false;
-        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
-        const run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        const run_action a = f.no_credential(false);
         CHECK(a.what == kind::wait);
         CHECK(a.delay_ms == 2000);
     }
     SECTION("no credential, a fallback model: switch at once, report its success once (§9.10)") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
-        run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        run_action a = f.no_credential(true);
         REQUIRE(a.what == kind::switch_model);
         CHECK(f.out.take().empty());
         a = f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s,
@@ -437,11 +432,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("a fallback whose chain was cancelled reports no success later") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        f.run(std::move(in));
-        f.policy.on_credential_switch(false, f.s, f.out);
+        f.no_credential(true);
         f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s, f.out);
         f.policy.abort_retry();
         f.policy.on_wait_done(false, false, f.out);
@@ -456,11 +447,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("no fallback model found: the backoff") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        f.run(std::move(in));
-        REQUIRE(f.policy.on_credential_switch(false, f.s, f.out).what == kind::switch_model);
+        REQUIRE(f.no_credential(true).what == kind::switch_model);
         const run_action a = f.policy.on_model_switch(std::nullopt, f.s, f.out);
         CHECK(a.delay_ms == 2000);
         CHECK(f.out.take() ==
