@@ -77,7 +77,7 @@ struct compact_result {
     std::string error;  ///< when !ok (the compaction_end event has the details)
 };
 
-class agent_session {
+class agent_session : private event_sink {
   public:
     using listener = std::function<void(const event&)>;
 
@@ -262,16 +262,24 @@ class agent_session {
         }
     };
     class observer;
-    class policy_events;
+    // event_sink: the run policy's events go to emit()
+    void operator()(event e) override;
+    event_sink& sink() noexcept { return *this; }
     // what the one loop (perform) carries between the policy's actions
-    struct run_state;  // session/src/session_parts.hpp
+    struct run_state;    // session/src/session_parts.hpp
+    struct run_outcome;  // session/src/session_parts.hpp
+    struct summary_state;
     // the session's one loop: performs the run policy's actions until the busy period settles
     // (a prompt) or the summary request's reply is final (a compaction's summary)
     boost::asio::awaitable<void> perform(run_action a, run_state& st);
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
     boost::asio::awaitable<message_ptr> request_summary(provider_request req);
-    boost::asio::awaitable<void> stream_summary(run_state& st, run_end& out);
+    boost::asio::awaitable<run_action> stream_summary(summary_state& st);
+    // plain parts of the loop (their locals stay out of the coroutine frames)
+    run_action end_run(run_outcome& out);
+    run_action next_queued(run_state& st, bool prompt_over_aborted);
+    void settle(bool has_result);
     boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b,
                                                      std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
@@ -281,8 +289,8 @@ class agent_session {
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_end& out);
-    boost::asio::awaitable<void> execute_tools(const message& assistant, run_end& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
     bool has_queued() const noexcept { return !queue_.empty(); }
     void append(message_ptr m);
     void emit(event e);
@@ -306,7 +314,10 @@ class agent_session {
         fallback_;              // created on first use: a parked session stays small
     cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
-    prompt_result last_result_;
+    // the result of the latest busy period, for the prompts queued in it; allocated at the first
+    // settle (a session parked in its first backoff stays small)
+    std::unique_ptr<prompt_result> last_result_;
+    prompt_result last_result() const { return last_result_ ? *last_result_ : prompt_result{}; }
 
     std::vector<message_ptr> messages_;
     session_history history_;
