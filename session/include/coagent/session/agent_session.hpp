@@ -12,6 +12,7 @@
 #include <coagent/runtime/event.hpp>
 #include <coagent/runtime/listener_list.hpp>
 #include <coagent/runtime/settings.hpp>
+#include <coagent/runtime/streaming_behavior.hpp>
 #include <coagent/session/auth_storage.hpp>
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/detail/prompt_queue.hpp>
@@ -46,13 +47,6 @@ class logger;
 }
 
 namespace coagent {
-
-/// What a prompt does when the session is busy (streaming or in a retry backoff).
-enum class streaming_behavior {
-    none,       ///< refused with an error that says how to queue
-    steer,      ///< joins the context before the next request
-    follow_up,  ///< runs after the current prompt's work, before it settles
-};
 
 struct session_options {
     boost::asio::any_io_executor executor;
