@@ -303,8 +303,7 @@ constexpr std::string_view anthropic_tool_end =
 
 }  // namespace
 
-TEST_CASE(
-    "issue 16 item 1: tool-call names, ids and blocks count in the reply limit; names "
+TEST_CASE("issue 16 item 1: tool-call names, ids and blocks count in the reply limit, names "
     "and ids are bounded",
     "[http][protocol][limits]") {
     CHECK(http_protocol::reply_budget::max_tool_name_bytes == 256);
@@ -977,8 +976,7 @@ struct test_pki {
 
 }  // namespace
 
-TEST_CASE(
-    "https against a local TLS server: verified with the test CA; a wrong CA is a clear error",
+TEST_CASE("https against a local TLS server: verified with the test CA, a wrong CA is a clear error",
     "[http][loopback][tls]") {
     test_pki pki;
     fakellm::server_options so;
@@ -1230,7 +1228,7 @@ TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persiste
     CHECK(b.api_key("fake", "s4") == "key-one");
 }
 
-TEST_CASE("auth.json: a broken file names the key; concurrent writers lose no block",
+TEST_CASE("auth.json: a broken file names the key, concurrent writers lose no block",
           "[http][auth]") {
     temp_dir d;
     const auto file = d.path / "auth.json";
@@ -1490,7 +1488,7 @@ TEST_CASE("loopback: usage limit with two credentials switches keys at once",
     }
 }
 
-TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays the backoff",
+TEST_CASE("loopback: usage limit with one credential blocks it, the delay stays the backoff",
           "[http][loopback][session][auth]") {
     const std::string script =
         R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},{"text":"ok"}])";

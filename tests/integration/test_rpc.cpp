@@ -413,8 +413,7 @@ TEST_CASE("issue 16 item 3: output queue below its bound writes every event as i
     CHECK(q.bytes() == 0);
 }
 
-TEST_CASE(
-    "issue 16 item 3: above its bound, consecutive updates of one block are merged; never "
+TEST_CASE("issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
     "across blocks, other events or responses",
     "[rpc][protocol][limits]") {
     rpc::output_queue q({/*merge_above=*/0, /*pause_above=*/1u << 30});
@@ -744,7 +743,7 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     CHECK(p.wait_exit() == 0);
 }
 
-TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles; EOF then exits",
+TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles, EOF then exits",
           "[rpc][process][issue-15]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
     rpc_process p(env,
@@ -935,7 +934,7 @@ TEST_CASE(
     CHECK(p.wait_exit() == 0);
 }
 
-TEST_CASE("rpc mode: two errors then success, exact retry events; get_state during the backoff",
+TEST_CASE("rpc mode: two errors then success, exact retry events, get_state during the backoff",
           "[rpc][process][retry]") {
     rpc_env env(R"({"retry":{"baseDelayMs":500}})");
     rpc_process p(env, fa({}, two_errors_then_ok));
@@ -989,7 +988,7 @@ TEST_CASE("rpc mode: a chain run to exhaustion: the exact failed auto_retry_end 
     CHECK(p.wait_exit() == 0);
 }
 
-TEST_CASE("rpc mode: retry_now ends the backoff at once; refused when nothing waits",
+TEST_CASE("rpc mode: retry_now ends the backoff at once, refused when nothing waits",
           "[rpc][process][retry][retry-now]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
     rpc_process p(env, fa({}, two_errors_then_ok));
@@ -1178,8 +1177,7 @@ fs::path write_script(const temp_dir& d, const std::string& name, const std::str
 
 }  // namespace
 
-TEST_CASE(
-    "rpc_client: commands return data or throw the server's error; wait_for_settled after a "
+TEST_CASE("rpc_client: commands return data or throw the server's error, wait_for_settled after a "
     "2-retry chain",
     "[rpc][client]") {
     rpc_env env;
@@ -1325,7 +1323,7 @@ TEST_CASE(
           strings{"auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
 }
 
-TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further request is sent",
+TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain, no further request is sent",
           "[rpc][client][spec-5]") {
     // a 20 s backoff: only abort_retry() can end this chain before the test's timeouts
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
@@ -1352,7 +1350,7 @@ TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further 
     CHECK(run_co(io, c.stop()) == 0);
 }
 
-TEST_CASE("rpc_client: retry_now() ends a backoff; with none it throws the server's error",
+TEST_CASE("rpc_client: retry_now() ends a backoff, with none it throws the server's error",
           "[rpc][client][retry-now]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
     asio::io_context io;

@@ -1268,8 +1268,7 @@ TEST_CASE(
     CHECK(ghost == 0);
 }
 
-TEST_CASE(
-    "abort() drops the follow-ups queued before it; one queued after it still runs before the "
+TEST_CASE("abort() drops the follow-ups queued before it, one queued after it still runs before the "
     "settle",
     "[chaos][regression]") {
     coagent::test::harness h(

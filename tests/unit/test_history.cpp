@@ -121,7 +121,7 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     CHECK(again.history.messages().size() == 2);
 }
 
-TEST_CASE("an unknown entry type loads with a warning; a non-session file is refused",
+TEST_CASE("an unknown entry type loads with a warning, a non-session file is refused",
           "[history]") {
     temp_dir dir;
     auto file = dir.path / "s.jsonl";
@@ -276,7 +276,7 @@ TEST_CASE("session file limits: an over-long line is skipped, an over-large file
     CHECK(session_file_limits{}.max_line_bytes == 64u * 1024 * 1024);
 }
 
-TEST_CASE("issue 16 item 2: a session file has no size limit; it is read line by line",
+TEST_CASE("issue 16 item 2: a session file has no size limit, it is read line by line",
           "[history][limits]") {
     // 300 MiB (more than the old 256 MiB file limit) without writing them: a sparse file whose
     // hole is one line of NUL bytes, longer than the line limit, then an entry. The long line is
@@ -305,8 +305,7 @@ TEST_CASE("issue 16 item 2: a session file has no size limit; it is read line by
     CHECK(text_of(*loaded.history.entries()[0].msg) == "after the hole");
 }
 
-TEST_CASE(
-    "issue 16 item 2: an entry longer than the line limit is written cut, with a marker; "
+TEST_CASE("issue 16 item 2: an entry longer than the line limit is written cut, with a marker, "
     "the file loads",
     "[history][limits]") {
     CHECK(not_stored_marker(12) == "\u2026[12 bytes not stored]");
@@ -442,9 +441,8 @@ struct umask_scope {
 
 }  // namespace
 
-TEST_CASE(
-    "issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
-    "the umask; existing directories are left alone",
+TEST_CASE("issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
+    "the umask, existing directories are left alone",
     "[history][issue-17]") {
     for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
         INFO("umask " << std::oct << mask);
@@ -545,8 +543,7 @@ TEST_CASE(
     for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
 }
 
-TEST_CASE(
-    "issue 17 item 2: a session file is locked for the life of its session; a second opener is "
+TEST_CASE("issue 17 item 2: a session file is locked for the life of its session, a second opener is "
     "refused naming the process that holds it",
     "[history][issue-17]") {
     temp_dir dir;

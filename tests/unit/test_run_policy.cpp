@@ -201,7 +201,7 @@ TEST_CASE("run policy §1.3: a chain that just ended in failure is not compacted
     CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,1,400 bad request}"});
 }
 
-TEST_CASE("run policy §1.7: one overflow recovery per prompt; §1.5 the continue",
+TEST_CASE("run policy §1.7: one overflow recovery per prompt, §1.5 the continue",
           "[run_policy][spec-1]") {
     fixture f;
     f.policy.begin_prompt();
@@ -331,7 +331,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
 }
 
-TEST_CASE("run policy §3.2, §4.7: no chain, no retry events; maxRetries 0 ends without a start",
+TEST_CASE("run policy §3.2, §4.7: no chain, no retry events, maxRetries 0 ends without a start",
           "[run_policy][spec-3][spec-4]") {
     fixture f;
     f.s.retry.enabled = false;
@@ -364,7 +364,7 @@ TEST_CASE("run policy §5.5: abort_retry with no retry pending does nothing",
     CHECK(f.policy.retry_now());  // a backoff runs now
 }
 
-TEST_CASE("run policy: retry_now ends the wait as if it had elapsed; not after abort_retry",
+TEST_CASE("run policy: retry_now ends the wait as if it had elapsed, not after abort_retry",
           "[run_policy][spec-5]") {
     fixture f;
     f.policy.begin_prompt();
@@ -455,7 +455,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     }
 }
 
-TEST_CASE("run policy §7: queued messages run before the settle; one result per prompt",
+TEST_CASE("run policy §7: queued messages run before the settle, one result per prompt",
           "[run_policy][spec-7][spec-5]") {
     SECTION("a follow-up: run_queued, then the next prompt runs; the settle has a result") {
         fixture f;
@@ -610,7 +610,7 @@ TEST_CASE("retry machine: the chain ending is a value (§3.E)", "[run_policy][sp
     CHECK(m.on_agent_end(&err, of(error_kind::retryable), s).ending == chain_end::exhausted);
 }
 
-TEST_CASE("run policy §7.6: a user message during a backoff ends the wait; the chain goes on",
+TEST_CASE("run policy §7.6: a user message during a backoff ends the wait, the chain goes on",
           "[run_policy][spec-7]") {
     fixture f;
     f.policy.begin_prompt();
@@ -675,7 +675,7 @@ TEST_CASE("listener_list: order, removal and addition during dispatch, guarded s
     late.reset();  // the list is gone: nothing happens (ASan would catch a use after free)
 }
 
-TEST_CASE("latch: a wake before the wait is kept; wait_for reports a timeout", "[parts]") {
+TEST_CASE("latch: a wake before the wait is kept, wait_for reports a timeout", "[parts]") {
     boost::asio::io_context io;
     latch early(io.get_executor());
     early.wake();

@@ -737,7 +737,7 @@ TEST_CASE("usage limit without another credential keeps the exponential backoff"
     REQUIRE(h.done());
 }
 
-TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (§7, §8)",
+TEST_CASE("isRetrying reports the lifecycle, prompt waits for the chain (§7, §8)",
           "[session][spec-7][spec-8]") {
     harness h(two_errors_then_ok);
     std::vector<std::pair<std::string, bool>> seen;
@@ -774,7 +774,7 @@ TEST_CASE("the trailing error leaves the runtime context after auto_retry_start 
     CHECK(h.session->messages().size() == 1);
 }
 
-TEST_CASE("events reach extensions in load order; a throwing extension is reported, not fatal",
+TEST_CASE("events reach extensions in load order, a throwing extension is reported, not fatal",
           "[session][spec-9][extensions]") {
     std::vector<std::string> order;
     harness h(two_errors_then_ok, settings{}, [](session_options&) {});
@@ -800,8 +800,7 @@ TEST_CASE("events reach extensions in load order; a throwing extension is report
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE(
-    "tool calls: toolUse -> execute -> toolResult -> next turn; a retry continues from the "
+TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
     "toolResult",
     "[session][tools]") {
     harness h(
@@ -934,8 +933,7 @@ TEST_CASE(
     CHECK(h.of("agent_settled").size() == 1);
 }
 
-TEST_CASE(
-    "a prompt after abort_retry() in the backoff is not joined; cancelling a joined prompt "
+TEST_CASE("a prompt after abort_retry() in the backoff is not joined, cancelling a joined prompt "
     "aborts the chain",
     "[session][busy][issue-26]") {
     {
@@ -1028,7 +1026,7 @@ TEST_CASE("huge baseDelayMs saturates instead of overflowing", "[session][spec-4
     CHECK(h.done());
 }
 
-TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts the retry chain",
+TEST_CASE("async_prompt: any completion token, a bound cancellation slot aborts the retry chain",
           "[session][embedding]") {
     harness h(two_errors_then_ok);
     asio::cancellation_signal cancel;
@@ -1093,7 +1091,7 @@ TEST_CASE("prompt() raced against a deadline with awaitable operators ends the t
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("async_prompt: the handler runs on its associated executor; a late cancel has no effect",
+TEST_CASE("async_prompt: the handler runs on its associated executor, a late cancel has no effect",
           "[session][embedding]") {
     harness h(R"([{"text":"one"},{"text":"two"}])");
     asio::io_context other;
