@@ -41,13 +41,6 @@ struct waiter {
     }
 };
 
-/// Waits until `w` completes (returns false) or the timeout passes (returns true). A
-/// cancellation of the calling coroutine throws system_error(operation_aborted). `w` is kept
-/// alive by the caller's reference for the wait.
-asio::awaitable<bool> await_waiter(std::shared_ptr<waiter> w, milliseconds timeout) {
-    co_return co_await w->wake.wait_for(timeout);
-}
-
 std::string excerpt(std::string_view s, std::size_t n = 200) {
     if (s.size() <= n) return std::string(s);
     return std::string(s.substr(0, n)) + "...";
@@ -221,7 +214,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         } guard{p.get(), id};
         p->send(rpc::to_line(cmd));
         const milliseconds limit = timeout.value_or(p->opts.request_timeout);
-        const bool timed_out = co_await await_waiter(w, limit);
+        const bool timed_out = co_await w->wake.wait_for(limit);
         if (w->error) throw rpc_error(w->error->why(), name, w->error->what());
         if (timed_out)
             throw rpc_error(rpc_error::reason::timeout, name,
@@ -267,7 +260,7 @@ asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
     if (p->ready) co_return;
     p->ready_waiter = std::make_shared<waiter>(p->io.get_executor());
     auto w = p->ready_waiter;
-    const bool timed_out = co_await await_waiter(w, p->opts.start_timeout);
+    const bool timed_out = co_await w->wake.wait_for(p->opts.start_timeout);
     p->ready_waiter.reset();
     if (w->error) throw rpc_error(w->error->why(), "start", w->error->what());
     if (timed_out) {
@@ -289,10 +282,10 @@ asio::awaitable<int> rpc_client::stop() {
             rpc_error(rpc_error::reason::not_running, "", "coagent was stopped"));  // closes stdin
         auto w = std::make_shared<waiter>(p->io.get_executor());
         p->exit_waiters.push_back(w);
-        bool timed_out = co_await await_waiter(w, p->opts.stop_timeout);
+        bool timed_out = co_await w->wake.wait_for(p->opts.stop_timeout);
         if (timed_out) {
             p->kill_now();
-            timed_out = co_await await_waiter(w, p->opts.stop_timeout);
+            timed_out = co_await w->wake.wait_for(p->opts.stop_timeout);
             if (timed_out)
                 throw rpc_error(rpc_error::reason::timeout, "stop",
                                 "coagent did not exit after SIGKILL");
@@ -465,7 +458,7 @@ asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> t
                 std::erase_if(p->settle_waiters, [this](const auto& x) { return x.get() == w; });
             }
         } guard{p.get(), w.get()};
-        timed_out = co_await await_waiter(w, limit);
+        timed_out = co_await w->wake.wait_for(limit);
     }
     if (w->error) throw rpc_error(w->error->why(), "wait_for_settled", w->error->what());
     if (timed_out)

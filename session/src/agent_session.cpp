@@ -262,7 +262,7 @@ bool agent_session::retry_now() {
 }
 
 bool agent_session::join_backoff(std::string text) {
-    if (!busy_ || !policy_.join()) return false;
+    if (!busy_ || !policy_.retry_now()) return false;
     auto m = std::make_shared<message>(make_user_message(std::move(text)));
     append(m);  // after the failed reply left the context (§3.9): the next request has both
     emit(message_start_event{m});

@@ -614,16 +614,16 @@ TEST_CASE("run policy §7.6: a user message during a backoff ends the wait, the 
           "[run_policy][spec-7]") {
     fixture f;
     f.policy.begin_prompt();
-    CHECK_FALSE(f.policy.can_join());  // a first attempt streams
+    CHECK_FALSE(f.policy.backoff_running());  // a first attempt streams
     f.run(failed(), error_kind::retryable);
     f.out.take();
-    REQUIRE(f.policy.can_join());
-    CHECK(f.policy.join());
+    REQUIRE(f.policy.backoff_running());
+    CHECK(f.policy.retry_now());
     // the cancelled timer resumes: no end, the next attempt is the chain's retry 1
     CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::run);
     CHECK(f.out.take().empty());
     CHECK(f.policy.machine().attempt() == 1);
-    CHECK_FALSE(f.policy.can_join());
+    CHECK_FALSE(f.policy.backoff_running());
     f.run(ok());
     CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
     // after abort_retry() a message cannot join: the wait stays cancelled
@@ -631,8 +631,8 @@ TEST_CASE("run policy §7.6: a user message during a backoff ends the wait, the 
     g.policy.begin_prompt();
     g.run(failed(), error_kind::retryable);
     g.policy.abort_retry();
-    CHECK_FALSE(g.policy.can_join());
-    CHECK_FALSE(g.policy.join());
+    CHECK_FALSE(g.policy.backoff_running());
+    CHECK_FALSE(g.policy.retry_now());
 }
 
 // ---- the parts agent_session and rpc_client are made of ------------------------------------

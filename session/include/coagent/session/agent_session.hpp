@@ -176,7 +176,7 @@ class agent_session : private event_sink {
     /// backoff and completes with the chain's result at its settle; RPC's `prompt` uses it.
     bool join_backoff(std::string text);
     /// join_backoff() would succeed now.
-    bool can_join_backoff() const noexcept { return policy_.can_join(); }
+    bool can_join_backoff() const noexcept { return policy_.backoff_running(); }
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
     /// wait in progress).

@@ -139,10 +139,11 @@ class run_policy {
     /// retry_now(): true when a backoff is running; the session then cancels its timer and the
     /// wait ends as if it had elapsed.
     bool retry_now() noexcept { return machine_.retry_now(); }
-    /// A user message arrived during a backoff (issue 26): it joins the context and the wait
-    /// ends as with retry_now(). True when a backoff is running (and not cancelled).
-    bool join() noexcept { return machine_.retry_now(); }
-    bool can_join() const noexcept { return machine_.waiting() && !machine_.cancel_requested(); }
+    /// A backoff is running and not cancelled: retry_now() would end it, and a user message
+    /// may join it (§7.6: the session appends it, then calls retry_now()).
+    bool backoff_running() const noexcept {
+        return machine_.waiting() && !machine_.cancel_requested();
+    }
     /// abort() while busy: the retry is cancelled first, then the stream (§5.3).
     control_effect abort() noexcept;
     /// The user chose a model: a fallback's success is not reported any more.
