@@ -419,6 +419,8 @@ class rpc_server {
         d["pendingMessageCount"] = s.pending_message_count();
         d["steeringMode"] = "all";  // every queued steering message joins the next request
         d["followUpMode"] = "one-at-a-time";
+        d["limitsStore"] = s.limits()->kind();  // docs/limits.md
+        d["limitsConnected"] = s.limits()->connected();
         return d;
     }
 

@@ -103,6 +103,21 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     return d;
 }
 
+void retry_machine::refuse_by_budget(agent_end_decision& d, std::string_view provider) {
+    if (!d.will_retry || !d.start) return;
+    std::string why = std::move(d.start->error_message);
+    why += " (retry budget for ";
+    why += provider;
+    why += " exhausted)";
+    d.end = auto_retry_end_event{false, attempt_ - 1, std::move(why)};
+    d.ending = chain_end::failed;
+    d.will_retry = false;
+    d.start.reset();
+    d.usage_limit = false;
+    d.retry_hint_ms.reset();
+    end_chain();
+}
+
 wait_outcome retry_machine::on_wait_done(bool elapsed) {
     waiting_ = false;
     wait_outcome w;

@@ -72,9 +72,10 @@ agent_session::agent_session(session_options o)
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       backoff_(executor_, clock_) {
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
-    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty()) {
+    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty() || o.limits) {
         auto& r = rare();
         r.auth = std::move(o.auth);
+        r.limits = std::move(o.limits);
         r.catalog = std::move(o.models);
         r.now_ms = std::move(o.now_ms);
         r.system_prompt = std::move(o.system_prompt);
@@ -104,6 +105,15 @@ agent_session::rare_members& agent_session::rare() {
 
 std::int64_t agent_session::now_ms() const {
     return rare_ && rare_->now_ms ? rare_->now_ms() : wall_clock_ms();
+}
+
+limit_store* agent_session::budget_store() const noexcept {
+    if (!config_.budget.enabled) return nullptr;
+    return rare_ && rare_->limits ? rare_->limits.get() : process_limit_store().get();
+}
+
+const std::shared_ptr<limit_store>& agent_session::limits() const noexcept {
+    return rare_ && rare_->limits ? rare_->limits : process_limit_store();
 }
 
 model_catalog* agent_session::catalog_ptr() const noexcept {
@@ -398,6 +408,7 @@ run_action agent_session::end_run(run_outcome& out) {
     in.abort_requested = abort_.requested();
     in.has_queued = has_queued();
     in.can_fall_back = catalog_ptr() != nullptr;
+    in.budget = budget_store();
     return policy_.on_run_end(std::move(in), config_, sink());
 }
 
@@ -522,12 +533,13 @@ asio::awaitable<run_action> agent_session::stream_summary(summary_state& st) {
         co_await p->stream(*st.request, *reply, quiet, abort_);
     }
     if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
-    policy_.on_reply_end(*reply, sink());
+    policy_.on_reply_end(*reply, sink(), budget_store(), config_.budget);
     run_end in;
     in.cls = classify(*reply, model, now_ms());
     in.last = reply;
     in.abort_requested = abort_.requested();
     in.can_fall_back = catalog_ptr() != nullptr;
+    in.budget = budget_store();
     st.reply = std::move(reply);
     co_return policy_.on_run_end(std::move(in), config_, sink());
 }
@@ -580,7 +592,7 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});
-        { policy_.on_reply_end(*reply, sink()); }
+        policy_.on_reply_end(*reply, sink(), budget_store(), config_.budget);
         out.added.push_back(reply);
         out.last = reply;
 

@@ -92,7 +92,11 @@ run_action run_policy::begin_summary() noexcept {
     return make(run_action::kind::run);
 }
 
-void run_policy::on_reply_end(const message& reply, event_sink& out) {
+void run_policy::on_reply_end(const message& reply, event_sink& out, limit_store* budget,
+                              const retry_budget_settings& b) {
+    if (budget && b.enabled && reply.role == message_role::assistant &&
+        reply.stop != stop_reason::error && reply.stop != stop_reason::aborted)
+        budget->budget_on_success(reply.provider, b);
     auto end = machine_.on_assistant_message_end(reply);
     if (!end) return;
     if (switch_ && switch_->fallback_role) {  // §9.10: just before auto_retry_end{success:true}
@@ -113,6 +117,11 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
         has_queued_ = in.has_queued;
     }
     agent_end_decision d = machine_.on_agent_end(in.last.get(), in.cls, s.retry);  // §1.2
+    // retry.budget (gRFC A6): every attempt that failed retryably takes a token, retried or not
+    if (in.budget && s.budget.enabled && in.last && in.last->stop == stop_reason::error &&
+        in.cls.kind == error_kind::retryable &&
+        !in.budget->budget_on_failure(in.last->provider, s.budget))
+        machine_.refuse_by_budget(d, in.last->provider);
     if (d.usage_limit) {  // §3.7: the auth storage first
         if (!switch_) switch_ = std::make_unique<pending_switch>();
         switch_->switching = true;

@@ -28,6 +28,7 @@ struct agent_session::run_outcome {
 struct agent_session::rare_members {
     std::shared_ptr<auth_storage> auth;
     std::shared_ptr<model_catalog> catalog;
+    std::shared_ptr<limit_store> limits;   // empty: process_limit_store()
     std::function<std::int64_t()> now_ms;  // empty: wall_clock_ms
     std::string system_prompt;
     extension_runner extensions;

@@ -1,4 +1,5 @@
 #include <coagent/session/config_file.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <boost/json/parser.hpp>
@@ -33,8 +34,10 @@ constexpr std::string_view runtime_label = "<runtime>";
 // The schema: every known key, in one place.
 // ---------------------------------------------------------------------------------------------
 
-// chains: retry.fallbackChains, an object of role → array of "provider/model" selectors
-enum class value_type { boolean, integer, choice, chains };
+// chains: retry.fallbackChains, an object of role → array of "provider/model" selectors;
+// number: a decimal stored in thousandths (retry.budget.tokenRatio); text: a checked string
+// (limits.*), kept through store_json / load_json
+enum class value_type { boolean, integer, choice, chains, number, text };
 
 struct schema_entry {
     std::string_view key;  // dotted
@@ -48,6 +51,10 @@ struct schema_entry {
     std::size_t choice_count = 0;
     void (*store_json)(settings&, const json::value&) = nullptr;  // chains: from the (valid) value
     json::value (*load_json)(const settings&) = nullptr;          // chains: as JSON
+    // text: "" when `v` is valid, else what is wrong with it (may be "" too: see below)
+    bool (*check_text)(std::string_view v, std::string& why) = nullptr;
+    std::string_view default_text = {};   // text: the default
+    std::string_view text_expected = {};  // text: what a valid value is
 };
 
 // Accessors for settings.*Group.*Field, with the limits of the field's type.
@@ -68,14 +75,23 @@ constexpr schema_entry boolean(std::string_view key, bool default_value) {
 }
 
 template <auto Group, auto Field>
-constexpr schema_entry integer(std::string_view key, std::int64_t default_value, std::int64_t min) {
+constexpr schema_entry integer(std::string_view key, std::int64_t default_value, std::int64_t min,
+                               std::int64_t max = -1) {
     using f = field<Group, Field>;
     using t = typename f::type;
     static_assert(std::is_integral_v<t> && !std::is_same_v<t, bool> && std::is_signed_v<t> &&
                   sizeof(t) <= sizeof(std::int64_t));
     schema_entry e{key, value_type::integer, default_value, min, 0, &f::store, &f::load};
-    e.max = std::numeric_limits<t>::max();
+    e.max = max < 0 ? std::numeric_limits<t>::max() : max;
     return e;
+}
+
+// A decimal number > 0 with three decimal places, stored in thousandths (`min`, `max` too).
+template <auto Group, auto Field>
+constexpr schema_entry thousandths(std::string_view key, std::int64_t default_milli,
+                                   std::int64_t max_milli) {
+    using f = field<Group, Field>;
+    return {key, value_type::number, default_milli, 1, max_milli, &f::store, &f::load};
 }
 
 // A string setting with a fixed set of names, stored as an enum (the names in enum order).
@@ -129,6 +145,63 @@ constexpr schema_entry chains(std::string_view key) {
 
 constexpr std::string_view jitter_names[] = {"none", "full", "equal"};
 constexpr std::string_view revert_names[] = {"cooldown-expiry", "never"};
+constexpr std::string_view limit_store_names[] = {"local", "redis"};
+
+// limits.*: one shared, immutable limits_settings per settings value (copied on write)
+limits_settings& limits_for_write(settings& s) {
+    auto next = std::make_shared<limits_settings>(s.limits_or_default());
+    limits_settings& out = *next;
+    s.limits = std::move(next);
+    return out;
+}
+
+void store_limit_store(settings& s, const json::value& v) {
+    limits_for_write(s).store =
+        v.get_string() == "redis" ? limit_store_kind::redis : limit_store_kind::local;
+}
+json::value load_limit_store(const settings& s) {
+    return json::value(s.limits_or_default().store == limit_store_kind::redis ? "redis" : "local");
+}
+void store_redis_url(settings& s, const json::value& v) {
+    limits_for_write(s).redis_url = std::string(v.get_string());
+}
+json::value load_redis_url(const settings& s) {
+    return json::value(s.limits_or_default().redis_url);
+}
+void store_key_prefix(settings& s, const json::value& v) {
+    limits_for_write(s).key_prefix = std::string(v.get_string());
+}
+json::value load_key_prefix(const settings& s) {
+    return json::value(s.limits_or_default().key_prefix);
+}
+
+bool check_redis_url(std::string_view v, std::string& why) {
+    return parse_redis_url(v, why).has_value();
+}
+bool check_key_prefix(std::string_view v, std::string&) {
+    return !v.empty() && v.find_first_of("{}") == std::string_view::npos;
+}
+
+// limits.store: a choice kept in the shared limits_settings
+constexpr schema_entry limits_choice(std::string_view key) {
+    schema_entry e{key, value_type::choice, 0, 0, 1, nullptr, nullptr, limit_store_names, 2};
+    e.store_json = &store_limit_store;
+    e.load_json = &load_limit_store;
+    return e;
+}
+
+constexpr schema_entry text(std::string_view key, std::string_view default_value,
+                            std::string_view expected, void (*store)(settings&, const json::value&),
+                            json::value (*load)(const settings&),
+                            bool (*check)(std::string_view, std::string&)) {
+    schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
+    e.store_json = store;
+    e.load_json = load;
+    e.check_text = check;
+    e.default_text = default_value;
+    e.text_expected = expected;
+    return e;
+}
 
 // clang-format off
 constexpr schema_entry schema[] = {
@@ -151,6 +224,14 @@ constexpr schema_entry schema[] = {
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
+    boolean<&settings::budget, &retry_budget_settings::enabled>("retry.budget.enabled", false),
+    integer<&settings::budget, &retry_budget_settings::max_tokens>("retry.budget.maxTokens", 10, 1, 1000),
+    thousandths<&settings::budget, &retry_budget_settings::token_ratio_milli>("retry.budget.tokenRatio", 100, 1000000),
+    limits_choice("limits.store"),
+    text("limits.redisUrl", "redis://127.0.0.1:6379/0", "a Redis URL redis://[:password@]host:port/db",
+         &store_redis_url, &load_redis_url, &check_redis_url),
+    text("limits.keyPrefix", "coagent:", "a non-empty string without '{' or '}' (the keys' hash tags use them)",
+         &store_key_prefix, &load_key_prefix, &check_key_prefix),
 };
 // clang-format on
 
@@ -174,9 +255,12 @@ std::string_view type_name(value_type t) noexcept {
         case value_type::boolean:
             return "boolean";
         case value_type::choice:
+        case value_type::text:
             return "string";
         case value_type::chains:
             return "object";
+        case value_type::number:
+            return "number";
         case value_type::integer:
             break;
     }
@@ -188,6 +272,10 @@ std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::chains)
         return "an object of role -> array of \"provider/model\" strings, e.g. "
                "{\"default\":[\"anthropic/claude-sonnet-4-5\"]}";
+    if (e.type == value_type::number)
+        return "a number greater than 0 and at most " + std::to_string(e.max / 1000) +
+               " (three decimal places)";
+    if (e.type == value_type::text) return std::string(e.text_expected);
     if (e.type == value_type::choice) {
         std::string t = "one of";
         for (std::size_t i = 0; i < e.choice_count; ++i) {
@@ -196,6 +284,8 @@ std::string expected_text(const schema_entry& e) {
         }
         return t + "\"";
     }
+    if (e.max != 2147483647 && e.max != std::numeric_limits<std::int64_t>::max())
+        return "an integer from " + std::to_string(e.min) + " to " + std::to_string(e.max);
     if (e.min == 0) return "a non-negative integer";
     if (e.min == 1) return "a positive integer";
     return "an integer of at least " + std::to_string(e.min);
@@ -203,6 +293,10 @@ std::string expected_text(const schema_entry& e) {
 
 json::value default_json(const schema_entry& e) {
     if (e.type == value_type::chains) return json::object();
+    if (e.type == value_type::text)
+        return json::value(json::string_view(e.default_text.data(), e.default_text.size()));
+    if (e.type == value_type::number)
+        return json::value(static_cast<double>(e.default_value) / 1000);
     if (e.type == value_type::boolean) return json::value(e.default_value != 0);
     if (e.type == value_type::choice) {
         const auto name = e.choices[static_cast<std::size_t>(e.default_value)];
@@ -275,7 +369,11 @@ const schema_entry& require_known(std::string_view dotted, const std::string& la
 // The value of a known key as an int64 (booleans as 0 / 1), or a settings_error.
 std::int64_t check_value(const schema_entry& e, const json::value& v, const std::string& label) {
     const auto fail = [&](std::string expected) -> std::int64_t {
-        throw settings_error(label, std::string(e.key), std::move(expected), compact(v));
+        // a Redis URL may carry a password: never quoted
+        const bool secret = e.key == "limits.redisUrl" && v.is_string();
+        throw settings_error(
+            label, std::string(e.key), std::move(expected),
+            secret ? compact(json::value(redact_redis_url(v.get_string()))) : compact(v));
     };
     if (e.type == value_type::boolean) {
         if (!v.is_bool()) fail(expected_text(e));
@@ -301,13 +399,32 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
         }
         return 0;
     }
+    if (e.type == value_type::text) {
+        std::string why;
+        if (!v.is_string()) return fail(expected_text(e));
+        if (!e.check_text(v.get_string(), why))
+            return fail(expected_text(e) + (why.empty() ? "" : " (" + why + ")"));
+        return 0;
+    }
+    if (e.type == value_type::number) {
+        const bool number = v.is_int64() || v.is_uint64() || v.is_double();
+        const double d = number ? v.to_number<double>() : 0.0;
+        if (!number || !std::isfinite(d) || d <= 0 || d > static_cast<double>(e.max) / 1000)
+            return fail(expected_text(e));
+        const auto milli = static_cast<std::int64_t>(std::llround(d * 1000));
+        if (milli < e.min) return fail(expected_text(e));
+        return milli;
+    }
     if (e.type == value_type::choice) {
         if (v.is_string())
             for (std::size_t i = 0; i < e.choice_count; ++i)
                 if (v.get_string() == e.choices[i]) return static_cast<std::int64_t>(i);
         return fail(expected_text(e));
     }
-    const std::string too_large = expected_text(e) + " no greater than " + std::to_string(e.max);
+    const std::string expected = expected_text(e);
+    const bool ranged = expected.starts_with("an integer from");  // the range says it already
+    const std::string too_large =
+        ranged ? expected : expected + " no greater than " + std::to_string(e.max);
     std::int64_t x = 0;
     if (v.is_int64()) {
         x = v.get_int64();
@@ -502,6 +619,7 @@ std::optional<json::value> setting_value(const settings& s, std::string_view dot
     if (e->load_json) return e->load_json(s);
     const std::int64_t v = e->load(s);
     if (e->type == value_type::boolean) return json::value(v != 0);
+    if (e->type == value_type::number) return json::value(static_cast<double>(v) / 1000);
     if (e->type == value_type::choice) {
         const auto name = e->choices[static_cast<std::size_t>(v)];
         return json::value(json::string_view(name.data(), name.size()));
@@ -545,6 +663,12 @@ settings_store settings_store::load(fs::path global_file, fs::path project_file)
     std::error_code ec;
     const bool same = fs::equivalent(s.global_file_, s.project_file_, ec);
     if (!same) load_layer(s.project_file_, s.project_.data, s.project_.warnings);
+    // $COAGENT_REDIS_URL overrides the files (docs/settings.md); checked as a layer of its own
+    if (const char* url = std::getenv("COAGENT_REDIS_URL"); url && *url) {
+        const json::value v(url);
+        check_value(*find_entry("limits.redisUrl"), v, "$COAGENT_REDIS_URL");
+        set_path(s.runtime_.data, "limits.redisUrl", v, s.runtime_.label);
+    }
     s.recompute();
     return s;
 }

@@ -413,7 +413,8 @@ TEST_CASE("issue 16 item 3: output queue below its bound writes every event as i
     CHECK(q.bytes() == 0);
 }
 
-TEST_CASE("issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
+TEST_CASE(
+    "issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
     "across blocks, other events or responses",
     "[rpc][protocol][limits]") {
     rpc::output_queue q({/*merge_above=*/0, /*pause_above=*/1u << 30});
@@ -521,10 +522,11 @@ TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to
     CHECK(st.at("success") == true);
     CHECK(st.at("command") == "get_state");
     const auto& d = st.at("data").as_object();
-    CHECK(keys(d) == std::set<std::string>{
-                         "model", "isStreaming", "isCompacting", "isRetrying", "retryAttempt",
-                         "autoRetryEnabled", "autoCompactionEnabled", "sessionId", "sessionFile",
-                         "messageCount", "pendingMessageCount", "steeringMode", "followUpMode"});
+    CHECK(keys(d) == std::set<std::string>{"model", "isStreaming", "isCompacting", "isRetrying",
+                                           "retryAttempt", "autoRetryEnabled",
+                                           "autoCompactionEnabled", "sessionId", "sessionFile",
+                                           "messageCount", "pendingMessageCount", "steeringMode",
+                                           "followUpMode", "limitsStore", "limitsConnected"});
     CHECK(d.at("model").at("provider") == "faux");
     CHECK(d.at("model").at("id") == "faux");
     CHECK(d.at("model").at("contextWindow") == 128000);
@@ -537,6 +539,8 @@ TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to
     CHECK(d.at("pendingMessageCount") == 0);
     CHECK(d.at("steeringMode") == "all");
     CHECK(d.at("followUpMode") == "one-at-a-time");
+    CHECK(d.at("limitsStore") == "local");  // limits.store's default
+    CHECK(d.at("limitsConnected") == true);
     const std::string session_file(d.at("sessionFile").as_string());
     CHECK(session_file.starts_with((env.dir.path / "s").string()));
 
@@ -1177,7 +1181,8 @@ fs::path write_script(const temp_dir& d, const std::string& name, const std::str
 
 }  // namespace
 
-TEST_CASE("rpc_client: commands return data or throw the server's error, wait_for_settled after a "
+TEST_CASE(
+    "rpc_client: commands return data or throw the server's error, wait_for_settled after a "
     "2-retry chain",
     "[rpc][client]") {
     rpc_env env;

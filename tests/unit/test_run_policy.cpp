@@ -110,6 +110,39 @@ struct fixture {
     }
 };
 
+// A limit store whose budget answers are scripted; it records what the policy told it.
+struct fake_store final : limit_store {
+    std::vector<bool> answers;  // budget_on_failure's, in order (then: allowed)
+    strings calls;
+    bool budget_on_failure(std::string_view provider, const retry_budget_settings& b) override {
+        calls.push_back("failure:" + std::string(provider) + "/" + std::to_string(b.max_tokens));
+        if (answers.empty()) return true;
+        const bool a = answers.front();
+        answers.erase(answers.begin());
+        return a;
+    }
+    void budget_on_success(std::string_view provider, const retry_budget_settings& b) override {
+        calls.push_back("success:" + std::string(provider) + "/" +
+                        std::to_string(b.token_ratio_milli));
+    }
+    std::vector<budget_level> budget_levels() const override { return {}; }
+    void clear(std::optional<std::string_view>) override {}
+    std::string_view kind() const noexcept override { return "fake"; }
+    bool connected() const noexcept override { return true; }
+};
+
+// a fixture whose runs go through the fake store, with retry.budget on
+struct budget_fixture : fixture {
+    fake_store store;
+    budget_fixture() { s.budget.enabled = true; }
+    run_action run(message_ptr last, error_kind k = error_kind::none) {
+        run_end in = ended(std::move(last), k);
+        in.budget = &store;
+        if (in.last) policy.on_reply_end(*in.last, out, &store, s.budget);
+        return policy.on_run_end(std::move(in), s, out);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("run policy §3.T1: two errors then success, events and actions in order",
@@ -703,4 +736,160 @@ TEST_CASE("latch: a wake before the wait is kept, wait_for reports a timeout", "
     io.run();
     CHECK(timed_out == true);
     CHECK_FALSE(never.woken());
+}
+
+TEST_CASE("run policy, retry.budget (gRFC A6): what the budget is told and what a refusal ends",
+          "[run_policy][budget][issue-19]") {
+    SECTION("off (the default): the store is never told, the chain is the spec's") {
+        budget_fixture f;
+        f.s.budget.enabled = false;
+        f.policy.begin_prompt();
+        f.store.answers = {false};
+        CHECK(f.run(failed(), error_kind::retryable).what == kind::wait);
+        CHECK(f.out.take() ==
+              strings{"agent_end{retry}", "auto_retry_start{1/3,2000,503 overloaded}"});
+        f.policy.on_wait_done(true, false, f.out);
+        CHECK(f.run(ok()).what == kind::settle);
+        CHECK(f.store.calls.empty());
+    }
+    SECTION("allowed: every retryable failure takes a token, every success adds one back") {
+        budget_fixture f;
+        f.policy.begin_prompt();
+        CHECK(f.run(failed(), error_kind::retryable).what == kind::wait);
+        f.policy.on_wait_done(true, false, f.out);
+        CHECK(f.run(ok()).what == kind::settle);
+        CHECK(f.out.take() == strings{"agent_end{retry}",
+                                      "auto_retry_start{1/3,2000,503 overloaded}",
+                                      "auto_retry_end{ok,1}", "agent_end{final}"});
+        CHECK(f.store.calls == strings{"failure:p/10", "success:p/100"});
+    }
+    SECTION("refused at the first failure: an end without a start, attempt 0") {
+        budget_fixture f;
+        f.store.answers = {false};
+        f.policy.begin_prompt();
+        const run_action a = f.run(failed(), error_kind::retryable);
+        CHECK(a.what == kind::settle);
+        CHECK(a.has_result);
+        CHECK(f.out.take() ==
+              strings{"agent_end{final}",
+                      "auto_retry_end{fail,0,503 overloaded (retry budget for p exhausted)}"});
+        CHECK(f.policy.result().outcome == prompt_result::status::failed);
+        CHECK(f.policy.result().error == "503 overloaded");
+        CHECK_FALSE(f.policy.machine().is_retrying());
+        CHECK(f.policy.machine().attempt() == 0);
+    }
+    SECTION("refused after two retries: attempt = the retries made, the chain is over") {
+        budget_fixture f;
+        f.store.answers = {true, true, false};
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.run(failed(), error_kind::retryable);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        CHECK(f.run(failed(), error_kind::retryable).what == kind::settle);
+        CHECK(f.out.take() ==
+              strings{"agent_end{final}",
+                      "auto_retry_end{fail,2,503 overloaded (retry budget for p exhausted)}"});
+        // the next prompt's chain starts afresh (the budget decides again)
+        f.policy.begin_prompt();
+        CHECK(f.run(failed(), error_kind::retryable).what == kind::wait);
+        CHECK(f.out.take() ==
+              strings{"agent_end{retry}", "auto_retry_start{1/3,2000,503 overloaded}"});
+    }
+    SECTION("exhausted by maxRetries: the budget is still told, the end is maxRetries'") {
+        budget_fixture f;
+        f.s.retry.max_retries = 0;
+        f.store.answers = {false};
+        f.policy.begin_prompt();
+        f.run(failed(), error_kind::retryable);
+        CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,0,503 overloaded}"});
+        CHECK(f.store.calls == strings{"failure:p/10"});
+    }
+    SECTION("not told: a usage limit (credentials switch), a non-retryable error, an abort") {
+        budget_fixture f;
+        f.store.answers = {false, false, false};
+        f.policy.begin_prompt();
+        CHECK(f.run(failed("usage limit reached"), error_kind::usage_limit).what ==
+              kind::switch_credential);
+        CHECK(f.policy.on_credential_switch(true, f.s, f.out).what == kind::wait);
+        f.policy.on_wait_done(true, false, f.out);
+        f.out.take();
+        f.policy.begin_prompt();
+        CHECK(f.run(failed("400 bad request"), error_kind::none).what == kind::settle);
+        f.policy.begin_prompt();
+        CHECK(f.run(reply(stop_reason::aborted, "Request was aborted")).what == kind::settle);
+        CHECK(f.store.calls.empty());
+    }
+    SECTION("a compaction's summary request: its failures count as attempts") {
+        budget_fixture f;
+        f.store.answers = {false};
+        f.policy.begin_compaction();
+        CHECK(f.policy.begin_summary().what == kind::run);
+        CHECK(f.run(failed(), error_kind::retryable).what == kind::summary_done);
+        CHECK(f.out.take() ==
+              strings{"auto_retry_end{fail,0,503 overloaded (retry budget for p exhausted)}"});
+        CHECK(f.store.calls == strings{"failure:p/10"});
+    }
+}
+
+TEST_CASE(
+    "retry budget, gRFC A6 exactly: full at start, -1 a failure, +ratio a success, "
+    "a retry only above half",
+    "[budget][issue-19]") {
+    retry_budget_settings s;
+    s.enabled = true;  // maxTokens 10, tokenRatio 0.1
+    retry_budget b(s);
+    CHECK(b.tokens_milli() == 10000);
+    CHECK(b.on_failure(s));        // 9
+    CHECK(b.on_failure(s));        // 8
+    CHECK(b.on_failure(s));        // 7
+    CHECK(b.on_failure(s));        // 6
+    CHECK_FALSE(b.on_failure(s));  // 5: not above 10 / 2
+    CHECK(b.tokens_milli() == 5000);
+    for (int i = 0; i < 9; ++i) b.on_success(s);
+    CHECK(b.tokens_milli() == 5900);  // exact: thousandths, no float drift
+    CHECK(b.allows_retry(s));
+    CHECK_FALSE(b.on_failure(s));  // 4.9
+    for (int i = 0; i < 10; ++i) CHECK_FALSE(b.on_failure(s));
+    CHECK(b.tokens_milli() == 0);  // never below 0
+    for (int i = 0; i < 1000; ++i) b.on_success(s);
+    CHECK(b.tokens_milli() == 10000);  // never above maxTokens
+    // an odd maxTokens: the threshold is 1.5, so 2 tokens allow a retry, 1 does not
+    retry_budget_settings t;
+    t.max_tokens = 3;
+    t.token_ratio_milli = 500;
+    retry_budget c(t);
+    CHECK(c.on_failure(t));        // 2
+    CHECK_FALSE(c.on_failure(t));  // 1
+    c.on_success(t);               // 1.5: not above 1.5
+    CHECK_FALSE(c.allows_retry(t));
+    c.on_success(t);  // 2
+    CHECK(c.allows_retry(t));
+}
+
+TEST_CASE("local_limit_store: one budget per provider, cleared one by one or all",
+          "[budget][issue-19]") {
+    retry_budget_settings s;
+    s.enabled = true;
+    s.max_tokens = 2;  // threshold 1: one failure already refuses
+    local_limit_store store;
+    CHECK(store.kind() == "local");
+    CHECK(store.connected());
+    CHECK_FALSE(store.budget_on_failure("a", s));
+    CHECK(store.budget_on_failure("b", s) == false);
+    store.budget_on_success("b", s);
+    const auto levels = store.budget_levels();
+    REQUIRE(levels.size() == 2);
+    CHECK(levels[0].provider == "a");
+    CHECK(levels[0].tokens_milli == 1000);
+    CHECK(levels[1].tokens_milli == 1100);
+    store.clear(std::string_view("a"));
+    REQUIRE(store.budget_levels().size() == 1);
+    CHECK(store.budget_levels()[0].provider == "b");
+    store.clear(std::nullopt);
+    CHECK(store.budget_levels().empty());
+    CHECK_FALSE(store.budget_on_failure("b", s));  // full again (2), then 1: not above 1
+    CHECK(process_limit_store() == process_limit_store());
+    CHECK(process_limit_store()->kind() == "local");
 }

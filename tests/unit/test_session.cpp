@@ -800,7 +800,8 @@ TEST_CASE("events reach extensions in load order, a throwing extension is report
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
+TEST_CASE(
+    "tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
     "toolResult",
     "[session][tools]") {
     harness h(
@@ -933,7 +934,8 @@ TEST_CASE(
     CHECK(h.of("agent_settled").size() == 1);
 }
 
-TEST_CASE("a prompt after abort_retry() in the backoff is not joined, cancelling a joined prompt "
+TEST_CASE(
+    "a prompt after abort_retry() in the backoff is not joined, cancelling a joined prompt "
     "aborts the chain",
     "[session][busy][issue-26]") {
     {
@@ -1227,4 +1229,67 @@ TEST_CASE("script model: each step answers 'times' requests, then the script run
     CHECK(scripted::split_words("a bc  d") == words{"a", " bc", " ", " d"});
     CHECK(scripted::split_words(" lead") == words{" lead"});
     CHECK_THROWS_WITH(scripted::step_error("f.json", 1, "bad"), "f.json: step 2: bad");
+}
+
+TEST_CASE(
+    "retry.budget: sessions sharing a local store stop retrying once it is at half, "
+    "exact events (issue 19)",
+    "[session][budget][issue-19]") {
+    settings cfg;
+    cfg.budget.enabled = true;
+    cfg.budget.max_tokens = 4;  // threshold 2: after two failures no retry is allowed
+    auto store = std::make_shared<local_limit_store>();
+    const auto shared = [&](session_options& o) { o.limits = store; };
+    const std::string down = R"([{"error":"503 Service Unavailable","status":503,"times":9}])";
+
+    harness a(down, cfg, shared);
+    a.prompt("hi");  // failure 1: 3 tokens, a retry is allowed
+    CHECK(a.requests().size() == 1);
+    CHECK(a.of("auto_retry_start").size() == 1);
+    CHECK(a.session->limits() == store);
+
+    harness b(down, cfg, shared);
+    b.prompt("hi");  // failure 2: 2 tokens, not above 2: refused, an end without a start
+    REQUIRE(b.done());
+    CHECK(b.requests().size() == 1);
+    CHECK(b.result->outcome == prompt_result::status::failed);
+    auto bb = brief(b.events);
+    CHECK(strings(bb.end() - 4, bb.end()) ==
+          strings{"turn_end", "agent_end{final}", "auto_retry_end{fail,0}", "agent_settled"});
+    CHECK(
+        b.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"x({"type":"auto_retry_end","success":false,"attempt":0,"finalError":"503 Service Unavailable (retry budget for faux exhausted)"})x")});
+
+    // a's retry goes out after its 2 s backoff, fails (1 token), and is not retried again
+    a.advance(2000ms);
+    REQUIRE(a.done());
+    CHECK(a.requests().size() == 2);
+    CHECK(
+        a.of("auto_retry_end") ==
+        std::vector<json::object>{obj(
+            R"x({"type":"auto_retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable (retry budget for faux exhausted)"})x")});
+    REQUIRE(store->budget_levels().size() == 1);
+    CHECK(store->budget_levels()[0].tokens_milli == 1000);
+
+    // successes refill it: ten replies at 0.1 → 2 tokens, still not above 2; one more → 2.1
+    harness c(R"([{"text":"ok","times":11}])", cfg, shared);
+    for (int i = 0; i < 11; ++i) {
+        c.result.reset();
+        c.prompt("hi");
+        REQUIRE(c.done());
+    }
+    CHECK(store->budget_levels()[0].tokens_milli == 2100);
+    harness d(R"([{"error":"503 Service Unavailable","status":503},{"text":"ok"}])", cfg, shared);
+    d.prompt("hi");  // failure: 1.1 tokens → refused
+    REQUIRE(d.done());
+    CHECK(d.requests().size() == 1);
+
+    // the default (budget off): the same outage is retried as the spec says, store untouched
+    harness e(down, settings{}, shared);
+    e.prompt("hi");
+    e.advance(2000ms + 4000ms + 8000ms);
+    REQUIRE(e.done());
+    CHECK(e.requests().size() == 4);
+    CHECK(store->budget_levels()[0].tokens_milli == 1100);
 }

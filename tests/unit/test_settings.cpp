@@ -2,6 +2,7 @@
 
 #include <coagent/providers/models_config.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <catch2/catch.hpp>
@@ -163,6 +164,12 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"provider.connectTimeoutMs", "integer", 10000},
         {"provider.streamIdleTimeoutMs", "integer", 120000},
         {"provider.attemptTimeoutMs", "integer", 600000},
+        {"retry.budget.enabled", "boolean", false},
+        {"retry.budget.maxTokens", "integer", 10},
+        {"retry.budget.tokenRatio", "number", 0.1},
+        {"limits.store", "string", "local"},
+        {"limits.redisUrl", "string", "redis://127.0.0.1:6379/0"},
+        {"limits.keyPrefix", "string", "coagent:"},
     };
     const auto schema = coagent::settings_schema();
     REQUIRE(schema.size() == keys.size());
@@ -182,7 +189,11 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+    CHECK(store.get("limits") ==
+          json::parse(
+              R"({"store":"local","redisUrl":"redis://127.0.0.1:6379/0","keyPrefix":"coagent:"})"));
+    CHECK_FALSE(plain.limits);  // a session's copy holds no limits_settings of its own
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
@@ -220,7 +231,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);
@@ -800,4 +811,97 @@ TEST_CASE("models.json reasoning / input / cost are checked and kept (issue 15)"
     CHECK(m.image_input);
     CHECK(m.cost.output == 2.5);
     CHECK(m.base_url == "http://h/v1");
+}
+
+TEST_CASE("retry.budget and limits: validated, layered, the password never quoted (issue 19)",
+          "[settings][limits]") {
+    temp_dir dir;
+    write_file(dir.global(),
+               R"({"retry":{"budget":{"enabled":true,"maxTokens":100,"tokenRatio":0.25}},
+                   "limits":{"store":"redis","redisUrl":"redis://:s3cret@10.0.0.5:7000/2",
+                             "keyPrefix":"fleet:"}})");
+    write_file(dir.project(), R"({"limits":{"keyPrefix":"proj:"}})");
+    {
+        const auto store = settings_store::load(dir.global(), dir.project());
+        const auto& s = store.current();
+        CHECK(s.budget.enabled);
+        CHECK(s.budget.max_tokens == 100);
+        CHECK(s.budget.token_ratio_milli == 250);
+        REQUIRE(s.limits);
+        CHECK(s.limits->store == coagent::limit_store_kind::redis);
+        CHECK(s.limits->redis_url == "redis://:s3cret@10.0.0.5:7000/2");
+        CHECK(s.limits->key_prefix == "proj:");  // project over global
+        CHECK(coagent::setting_value(s, "retry.budget.tokenRatio") == json::value(0.25));
+    }
+    ::setenv("COAGENT_REDIS_URL", "redis://127.0.0.1:6390/0", 1);
+    {
+        const auto store = settings_store::load(dir.global(), dir.project());
+        CHECK(store.current().limits->redis_url == "redis://127.0.0.1:6390/0");  // env wins
+    }
+    ::setenv("COAGENT_REDIS_URL", "redis://:pw@nohost", 1);
+    try {
+        (void)settings_store::load(dir.global(), dir.project());
+        FAIL("a malformed COAGENT_REDIS_URL was accepted");
+    } catch (const settings_error& e) {
+        CHECK(e.file == "$COAGENT_REDIS_URL");
+        CHECK(e.key == "limits.redisUrl");
+        CHECK(std::string(e.what()) ==
+              "$COAGENT_REDIS_URL: key \"limits.redisUrl\": expected a Redis URL "
+              "redis://[:password@]host:port/db (no port), found \"redis://***@nohost\"");
+    }
+    ::unsetenv("COAGENT_REDIS_URL");
+
+    const auto error_of = [&](const std::string& text) {
+        write_file(dir.global(), text);
+        try {
+            (void)settings_store::load(dir.global(), dir.project());
+        } catch (const settings_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    const std::string g = dir.global().string();
+    CHECK(error_of(R"({"retry":{"budget":{"maxTokens":0}}})") ==
+          g + ": key \"retry.budget.maxTokens\": expected an integer from 1 to 1000, found 0");
+    CHECK(error_of(R"({"retry":{"budget":{"maxTokens":1001}}})") ==
+          g + ": key \"retry.budget.maxTokens\": expected an integer from 1 to 1000, found 1001");
+    CHECK(error_of(R"({"retry":{"budget":{"tokenRatio":0}}})") ==
+          g + ": key \"retry.budget.tokenRatio\": expected a number greater than 0 and at most "
+              "1000 (three decimal places), found 0");
+    CHECK(error_of(R"({"retry":{"budget":{"tokenRatio":"0.1"}}})") ==
+          g + ": key \"retry.budget.tokenRatio\": expected a number greater than 0 and at most "
+              "1000 (three decimal places), found \"0.1\"");
+    CHECK(error_of(R"({"retry":{"budget":{"tokenRatio":0.0001}}})").find("tokenRatio") !=
+          std::string::npos);  // rounds to 0 thousandths
+    CHECK(error_of(R"({"retry":{"budget":true}})") ==
+          g + ": key \"retry.budget\": expected an object, found true");
+    CHECK(
+        error_of(R"({"limits":{"store":"memcached"}})") ==
+        g + ": key \"limits.store\": expected one of \"local\" or \"redis\", found \"memcached\"");
+    CHECK(error_of(R"({"limits":{"redisUrl":"http://u:pw@h:1/0"}})") ==
+          g + ": key \"limits.redisUrl\": expected a Redis URL redis://[:password@]host:port/db "
+              "(the scheme must be redis), found \"http://***@h:1/0\"");
+    CHECK(error_of(R"({"limits":{"redisUrl":"redis://h:1/x"}})")
+              .find("(the database must be a "
+                    "number") != std::string::npos);
+    CHECK(error_of(R"({"limits":{"redisUrl":7}})") ==
+          g + ": key \"limits.redisUrl\": expected a Redis URL redis://[:password@]host:port/db, "
+              "found 7");
+    CHECK(error_of(R"({"limits":{"keyPrefix":"a{b}"}})") ==
+          g + ": key \"limits.keyPrefix\": expected a non-empty string without '{' or '}' (the "
+              "keys' hash tags use them), found \"a{b}\"");
+    CHECK(error_of(R"({"limits":{"keyPrefix":""}})").find("non-empty") != std::string::npos);
+
+    std::string why;
+    const auto e = coagent::parse_redis_url("redis://user:pw@[::1]:6380/3", why);
+    REQUIRE(e);
+    CHECK(e->host == "::1");
+    CHECK(e->port == 6380);
+    CHECK(e->db == 3);
+    CHECK(e->user == "user");
+    CHECK(e->password == "pw");
+    const auto d = coagent::parse_redis_url("redis://127.0.0.1:6379", why);
+    REQUIRE(d);
+    CHECK(d->db == 0);
+    CHECK_FALSE(d->password);
 }

@@ -93,6 +93,12 @@ class retry_machine {
     agent_end_decision on_agent_end(const message* last, const classification& c,
                                     const retry_settings& s, std::optional<bool> should_retry);
 
+    /// The retry budget (retry.budget, gRFC A6) of `provider` refuses the retry `d` was about to
+    /// start: the chain ends here instead, with auto_retry_end{success:false, attempt: the retries
+    /// made, finalError: "<error> (retry budget for <provider> exhausted)"} (an end without a
+    /// start when no retry had been made, as with maxRetries 0). No effect unless d.will_retry.
+    void refuse_by_budget(agent_end_decision& d, std::string_view provider);
+
     /// The auth storage switched credential/model: the wait becomes 0 (policy §3 step 7); a chain
     /// that a too-long server hint was about to end goes on.
     void usage_switch_succeeded(agent_end_decision& d) noexcept;

@@ -50,10 +50,39 @@ struct provider_settings {
     std::int64_t attempt_timeout_ms = 600000;      // provider.attemptTimeoutMs (0 = off)
 };
 
+/// retry.budget: gRPC's retry throttling (gRFC A6), per provider. The bucket starts full; an
+/// attempt that fails with a retryable error takes 1 token, a successful attempt adds tokenRatio
+/// (never above maxTokens); a retry is allowed only while tokens > maxTokens / 2. Off by default.
+/// Token counts are kept in thousandths (A6: three decimal places).
+struct retry_budget_settings {
+    std::int32_t max_tokens = 10;          // retry.budget.maxTokens: 1 … 1000
+    std::int32_t token_ratio_milli = 100;  // retry.budget.tokenRatio (0.1), in thousandths
+    bool enabled = false;                  // retry.budget.enabled
+};
+
+/// limits.store: where the limit state lives (docs/limits.md).
+enum class limit_store_kind { local, redis };
+
+/// The `limits` group: read by the program that builds the process's limit_store, not by a
+/// session (so a session's settings copy holds only a pointer; null = these defaults).
+struct limits_settings {
+    limit_store_kind store = limit_store_kind::local;    // limits.store
+    std::string redis_url = "redis://127.0.0.1:6379/0";  // limits.redisUrl ($COAGENT_REDIS_URL)
+    std::string key_prefix = "coagent:";                 // limits.keyPrefix
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
+    retry_budget_settings budget;                   // retry.budget.*
+    std::shared_ptr<const limits_settings> limits;  // limits.* (null: the defaults)
+
+    /// limits.*, with the defaults when none was set.
+    const limits_settings& limits_or_default() const {
+        static const limits_settings defaults;
+        return limits ? *limits : defaults;
+    }
 };
 
 }  // namespace coagent

@@ -18,6 +18,7 @@
 #include <coagent/session/detail/prompt_queue.hpp>
 #include <coagent/session/extension_runner.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
 #include <coagent/session/run_policy.hpp>
@@ -63,6 +64,9 @@ struct session_options {
     std::string system_prompt;
     std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
+    /// optional: the limit state shared with other sessions (retry.budget); default: one local
+    /// store per process (process_limit_store())
+    std::shared_ptr<limit_store> limits;
 };
 
 /// The result of a manual compaction.
@@ -228,6 +232,8 @@ class agent_session : private event_sink {
     std::string set_model(std::string_view provider_name, std::string_view model_id);
     /// The catalog given in session_options (may be null).
     const std::shared_ptr<model_catalog>& catalog() const noexcept;
+    /// The limit store given in session_options, else process_limit_store().
+    const std::shared_ptr<limit_store>& limits() const noexcept;
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept { return queue_.size(); }
@@ -329,6 +335,7 @@ class agent_session : private event_sink {
     rare_members& rare();
     std::int64_t now_ms() const;
     model_catalog* catalog_ptr() const noexcept;
+    limit_store* budget_store() const noexcept;  // null unless retry.budget.enabled
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;

@@ -29,6 +29,7 @@
 #include <coagent/retry/retry_machine.hpp>
 #include <coagent/runtime/event.hpp>
 #include <coagent/runtime/settings.hpp>
+#include <coagent/session/limit_store.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -94,6 +95,8 @@ struct run_end {
     bool over_threshold = false;     ///< `last`'s context is above window - reserve
     bool has_queued = false;         ///< follow-up or steering messages are waiting
     bool can_fall_back = false;      ///< a model catalog can name fallback models
+    /// retry.budget.enabled: the store that holds the budgets (null: no budget)
+    limit_store* budget = nullptr;
 };
 
 /// What the controls (abort_retry, abort) ask the session to do.
@@ -123,10 +126,17 @@ class run_policy {
     run_action begin_summary() noexcept;
 
     /// An assistant message_end (of a run or a summary request): a success of a retried attempt
-    /// ends the chain (retry_fallback_succeeded after a fallback, then auto_retry_end).
-    void on_reply_end(const message& reply, event_sink& out);
+    /// ends the chain (retry_fallback_succeeded after a fallback, then auto_retry_end). With a
+    /// `budget` store (retry.budget.enabled), a successful reply adds tokenRatio to its
+    /// provider's budget.
+    void on_reply_end(const message& reply, event_sink& out, limit_store* budget = nullptr,
+                      const retry_budget_settings& b = {});
 
-    /// The run ended: the retry decision first (§1.2), then compaction.
+    /// The run ended: the retry decision first (§1.2), then compaction. With `in.budget`, a
+    /// reply that failed with a retryable error (not a usage limit: those switch credentials)
+    /// takes a token from its provider's budget, and a retry the budget refuses is not started:
+    /// agent_end{willRetry:false}, then auto_retry_end{success:false} (retry_machine::
+    /// refuse_by_budget).
     run_action on_run_end(run_end in, const settings& s, event_sink& out);
     run_action on_credential_switch(bool switched, const settings& s, event_sink& out);
     run_action on_model_switch(std::optional<retry_fallback_applied_event> applied,
