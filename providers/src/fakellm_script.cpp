@@ -63,8 +63,11 @@ std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t 
 }
 
 constexpr std::string_view known_fields[] = {
-    "status",           "headers", "body",     "text",     "chunks", "usage",  "cutAfterChunks",
-    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs"};
+    "status",           "headers", "body",     "text",     "chunks", "usage",   "cutAfterChunks",
+    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs", "failFor"};
+
+// failFor's own fields: the window and the answer of a status step
+constexpr std::string_view fail_for_fields[] = {"ms", "status", "headers", "body"};
 
 }  // namespace
 
@@ -95,7 +98,43 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
                            "unknown field \"" + std::string(kv.key()) +
                                "\" (known: status, headers, body, text, chunks, usage, "
                                "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
-                               "times, delayMs)");
+                               "times, delayMs, failFor)");
+        if (const auto* f = o.if_contains("failFor")) {
+            // {"failFor":{"ms":N,"status":S,"headers"?,"body"?},"delayMs"?}: a time window in
+            // which every request gets the status answer (docs/fakellm.md)
+            for (const auto& kv : o)
+                if (kv.key() != "failFor" && kv.key() != "delayMs")
+                    step_error(source, i,
+                               "\"failFor\" can only be combined with \"delayMs\", found \"" +
+                                   std::string(kv.key()) + "\"");
+            if (!f->is_object())
+                step_error(source, i,
+                           "\"failFor\" must be an object {\"ms\",\"status\",\"headers\"?,"
+                           "\"body\"?}, found " +
+                               shown(*f));
+            const auto& fo = f->get_object();
+            for (const auto& kv : fo)
+                if (std::find(std::begin(fail_for_fields), std::end(fail_for_fields), kv.key()) ==
+                    std::end(fail_for_fields))
+                    step_error(source, i,
+                               "unknown field \"failFor." + std::string(kv.key()) +
+                                   "\" (known: ms, status, headers, body)");
+            if (!fo.contains("ms") || !fo.contains("status"))
+                step_error(source, i, "\"failFor\" needs \"ms\" and \"status\"");
+            const std::int64_t ms = int_field(fo, "ms", 1, INT64_MAX / 2, source, i,
+                                              "a positive integer (milliseconds)");
+            json::object answer = fo;
+            answer.erase("ms");
+            if (const auto* d = o.if_contains("delayMs")) answer["delayMs"] = *d;
+            json::array one;
+            one.push_back(std::move(answer));
+            // the answer is a status step: parsed (and its errors worded) as one
+            auto inner = parse_steps(json::serialize(one),
+                                     source + ": step " + std::to_string(i + 1) + " \"failFor\"");
+            inner.front().fail_for_ms = ms;
+            out.push_back(std::move(inner.front()));
+            continue;
+        }
         step s;
         const bool has_status = o.contains("status");
         const bool has_text = o.contains("text");

@@ -3,6 +3,8 @@
 
 #include <coagent/providers/fakellm.hpp>
 
+#include <chrono>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -70,11 +72,22 @@ struct server::impl {
     bool stopped = false;
     std::vector<std::weak_ptr<connection>> conns;
 
+    // a failFor step's window: until when its answer is every request's
+    const step* window = nullptr;
+    std::chrono::steady_clock::time_point window_end;
+
     // The next step (nullopt when exhausted) and the request's 1-based number.
     std::optional<step> next_step() {
         std::lock_guard lock(mutex);
+        const auto now = std::chrono::steady_clock::now();
+        if (window && now < window_end) return *window;
+        window = nullptr;
         const step* s = cursor.next(opts.steps.steps);
         if (!s) return std::nullopt;
+        if (s->fail_for_ms > 0) {  // the window opens with this request
+            window = s;
+            window_end = now + std::chrono::milliseconds(s->fail_for_ms);
+        }
         return *s;
     }
 

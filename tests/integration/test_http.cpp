@@ -303,7 +303,8 @@ constexpr std::string_view anthropic_tool_end =
 
 }  // namespace
 
-TEST_CASE("issue 16 item 1: tool-call names, ids and blocks count in the reply limit, names "
+TEST_CASE(
+    "issue 16 item 1: tool-call names, ids and blocks count in the reply limit, names "
     "and ids are bounded",
     "[http][protocol][limits]") {
     CHECK(http_protocol::reply_budget::max_tool_name_bytes == 256);
@@ -697,6 +698,60 @@ TEST_CASE("issue 16 item 5: provider.attemptTimeoutMs ends an attempt that trick
     CHECK_THAT(text_of(out), Catch::StartsWith("xxx"));  // what came before the deadline
 }
 
+TEST_CASE(
+    "fakellm failFor: every request of the window gets its answer, then the script goes "
+    "on (issue 19)",
+    "[http][fakellm][issue-19]") {
+    auto parsed = fakellm::script::parse(
+        R"([{"failFor":{"ms":400,"status":503,"headers":{"retry-after":1},"body":"down"},"delayMs":1},{"text":"back"}])",
+        "<t>");
+    REQUIRE(parsed.steps.size() == 2);
+    CHECK(parsed.steps[0].fail_for_ms == 400);
+    CHECK(parsed.steps[0].type == fakellm::step::kind::status);
+    CHECK(parsed.steps[0].status == 503);
+    CHECK(parsed.steps[0].delay_ms == 1);
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"failFor":{"ms":0,"status":503}}])", "f.json"),
+                      "f.json: step 1: \"ms\" must be a positive integer (milliseconds), found 0");
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"failFor":{"ms":5}}])", "f.json"),
+                      "f.json: step 1: \"failFor\" needs \"ms\" and \"status\"");
+    CHECK_THROWS_WITH(
+        fakellm::script::parse(R"([{"text":"a"},{"failFor":{"ms":5,"status":503},"times":2}])",
+                               "f.json"),
+        "f.json: step 2: \"failFor\" can only be combined with \"delayMs\", found \"times\"");
+    CHECK_THROWS_WITH(
+        fakellm::script::parse(R"([{"failFor":{"ms":5,"status":503,"text":"x"}}])", "f.json"),
+        "f.json: step 1: unknown field \"failFor.text\" (known: ms, status, headers, body)");
+    CHECK_THROWS_WITH(
+        fakellm::script::parse(R"([{"failFor":{"ms":5,"status":99}}])", "f.json"),
+        "f.json: step 1 \"failFor\": step 1: \"status\" must be an HTTP status (100-599), "
+        "found 99");
+
+    loopback lb(R"([{"failFor":{"ms":1000,"status":503,"body":"down"}},{"text":"back"}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int> statuses;
+    // within the window: every request, however many, gets the 503
+    for (int i = 0; i < 5; ++i) {
+        const auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(out.error_status == 503);
+    }
+    REQUIRE(std::chrono::steady_clock::now() - t0 < 1000ms);  // they all fell in the window
+    // past the window the script goes on
+    asio::steady_timer t(lb.io, t0 + 1050ms);
+    bool waited = false;
+    t.async_wait([&](boost::system::error_code) { waited = true; });
+    REQUIRE(lb.run_until([&] { return waited; }));
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK(text_of(out) == "back");
+    out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.error_status == 500);  // then exhausted
+    for (const auto& r : lb.server->requests()) statuses.push_back(r.status);
+    CHECK(statuses == std::vector<int>{503, 503, 503, 503, 503, 200, 500});
+}
+
 TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[http][loopback]") {
     loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
     http_provider p(lb.options(api_kind::openai_completions));
@@ -976,7 +1031,8 @@ struct test_pki {
 
 }  // namespace
 
-TEST_CASE("https against a local TLS server: verified with the test CA, a wrong CA is a clear error",
+TEST_CASE(
+    "https against a local TLS server: verified with the test CA, a wrong CA is a clear error",
     "[http][loopback][tls]") {
     test_pki pki;
     fakellm::server_options so;

@@ -11,6 +11,7 @@
 //   {"text":...,"stallAfterChunks":N,"stallMs":M}           silence for M ms after N chunks
 //   {"sseError":{"type":T,"message":M},"text"?:...}         a mid-stream error event
 //   {"toolCall":{"name":...,"arguments":{...}}}              a streamed tool call
+//   {"failFor":{"ms":N,"status":S,"headers"?,"body"?}}      every request of the next N ms gets S
 // Any step may carry "times":N (repeat) and "delayMs":N (wait before answering). When the
 // script runs out: 500 with the text body "fakellm script exhausted".
 
@@ -52,6 +53,10 @@ struct step : scripted::step_base {
     // sse_error
     std::string error_type;
     std::string error_message;
+
+    // {"failFor":{"ms":N,"status":…}}: a status step that answers every request of the N ms
+    // that begin when a request first reaches it (0: an ordinary step)
+    std::int64_t fail_for_ms = 0;
 };
 
 /// A malformed script: what() names the source (file or "<inline>"), the step and the field.
