@@ -5,6 +5,7 @@
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
+#include <coagent/providers/redis_limit_store.hpp>
 #include <coagent/runtime/json_input.hpp>
 #include <coagent/session/history.hpp>
 
@@ -54,6 +55,24 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     }
     catalog_ = std::make_shared<app_catalog>(dir_, store_.current().provider, std::move(faux));
     provider_ = catalog_->make(opts_.provider, opts_.model);
+
+    const limits_settings& ls = store_.current().limits_or_default();
+    if (ls.store == limit_store_kind::redis) {
+        std::string why;
+        redis_limit_store_options ro;
+        ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
+        ro.key_prefix = ls.key_prefix;
+        ro.logger = std::make_shared<spdlog::logger>(
+            "limits", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+        ro.logger->set_pattern("%v");  // the documented lines, as they are
+        limits_ = std::make_shared<redis_limit_store>(io_.get_executor(), std::move(ro));
+    } else {
+        limits_ = process_limit_store();
+    }
+}
+
+void app_context::stop_limits() {
+    if (auto* r = dynamic_cast<redis_limit_store*>(limits_.get())) r->stop();
 }
 
 // ---- the catalog ----------------------------------------------------------------------------
@@ -203,6 +222,7 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
     so.model_provider = provider_;
     so.models = catalog_;
     so.config = store_.current();
+    so.limits = limits_;
     // stored (and matched by --continue) in its valid UTF-8 form: a name that is not UTF-8
     // gets U+FFFD, so the header is valid JSON and the session loads again
     so.cwd = to_valid_utf8(fs::current_path().string());

@@ -384,6 +384,7 @@ class interactive_ui {
         if (!exiting_) {
             exiting_ = true;
             exit_code_ = code;
+            app_.stop_limits();
         }
         if (session_ && session_->is_busy()) session_->abort();  // the running prompt settles soon
         maybe_finish();

@@ -86,6 +86,7 @@ int run_print_mode(app_context& app) {
                               failure = e;
                               result = std::move(r);
                               signals.cancel();
+                              app.stop_limits();
                           });
     io.run();
     if (failure) std::rethrow_exception(failure);

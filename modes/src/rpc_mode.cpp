@@ -534,6 +534,7 @@ class rpc_server {
         if (shutting_down_) return;
         shutting_down_ = true;
         exit_code_ = code;
+        app_.stop_limits();
         boost::system::error_code ignored;
         in_.close(ignored);
         input_resume_.cancel();

@@ -112,6 +112,12 @@ class app_context {
     /// settings_error's text when either step failed (an override set stays), else empty.
     std::string override_and_persist(std::string_view key, bool value);
 
+    /// The process's limit store (limits.store): every session of this process shares it.
+    const std::shared_ptr<limit_store>& limits() const noexcept { return limits_; }
+    /// Ends the limit store's background work (a Redis store sends what is queued first), so
+    /// io().run() can return. Each mode calls it once its last prompt is over.
+    void stop_limits();
+
   private:
     /// A resumed session continues on the model it recorded; config_error naming that model
     /// when it is not available now. An explicit --provider/--model wins and is recorded.
@@ -123,6 +129,7 @@ class app_context {
     settings_store store_;
     std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
+    std::shared_ptr<limit_store> limits_;
 };
 
 /// The model a session file's history says the conversation was held on: the last

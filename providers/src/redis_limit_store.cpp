@@ -1,0 +1,570 @@
+// The Redis limit store (docs/limits.md): a local copy of the budgets that decides at once, and
+// two Asio connections on the caller's executor — one for commands (Lua scripts, the re-read),
+// one for the pub/sub subscription. hiredis formats the commands and parses the replies.
+
+#include <coagent/providers/redis_limit_store.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <spdlog/logger.h>
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace coagent {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// KEYS[1] the budget hash; ARGV: provider, maxTokens (thousandths), delta (thousandths), channel.
+// The bucket of a provider the hash does not hold yet is full. Publishes "<level> <provider>".
+constexpr std::string_view budget_script = R"lua(
+local max = tonumber(ARGV[2])
+local t = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or ARGV[2]) + tonumber(ARGV[3])
+if t < 0 then t = 0 end
+if t > max then t = max end
+redis.call('HSET', KEYS[1], ARGV[1], t)
+redis.call('PUBLISH', ARGV[4], t .. ' ' .. ARGV[1])
+return t
+)lua";
+
+struct reply_deleter {
+    void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
+
+struct reader_deleter {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+};
+
+std::string_view type_name(int t) noexcept {
+    switch (t) {
+        case REDIS_REPLY_STRING:
+            return "string";
+        case REDIS_REPLY_ARRAY:
+            return "array";
+        case REDIS_REPLY_INTEGER:
+            return "integer";
+        case REDIS_REPLY_NIL:
+            return "nil";
+        case REDIS_REPLY_STATUS:
+            return "status";
+        case REDIS_REPLY_ERROR:
+            return "error";
+    }
+    return "unknown";
+}
+
+// One command in RESP, formatted by hiredis.
+std::string format_command(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    char* out = nullptr;
+    const int n =
+        redisFormatCommandArgv(&out, static_cast<int>(args.size()), argv.data(), lens.data());
+    if (n < 0 || !out) return {};
+    std::string s(out, static_cast<std::size_t>(n));
+    redisFreeCommand(out);
+    return s;
+}
+
+std::optional<std::int64_t> to_int(std::string_view s) {
+    std::int64_t v = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+struct connection {
+    explicit connection(const asio::any_io_executor& ex) : socket(ex) {}
+    tcp::socket socket;
+    std::unique_ptr<redisReader, reader_deleter> reader{redisReaderCreate()};
+    std::array<char, 16384> buf{};
+};
+using connection_ptr = std::shared_ptr<connection>;
+
+}  // namespace
+
+struct redis_limit_store::state : std::enable_shared_from_this<state> {
+    state(asio::any_io_executor e, redis_limit_store_options o)
+        : ex(std::move(e)), opts(std::move(o)), wake(ex) {
+        where = opts.endpoint.host + ":" + std::to_string(opts.endpoint.port);
+        key = opts.key_prefix + "{limits}:budget";
+        chan = opts.key_prefix + "{limits}:events";
+    }
+
+    asio::any_io_executor ex;
+    redis_limit_store_options opts;
+    std::string where, key, chan;
+
+    struct op {
+        std::string provider;  // empty with clear: every provider
+        std::int64_t delta = 0;
+        std::int64_t max = 0;
+        bool clear = false;
+    };
+
+    mutable std::mutex mutex;
+    std::map<std::string, std::int64_t, std::less<>> levels;  // the local copy (thousandths)
+    std::vector<op> queue;                                    // failures and clears: sent at once
+    std::map<std::string, op, std::less<>> deposits;          // successes: batched
+    std::atomic<bool> up{false};
+    std::atomic<bool> stopping{false};
+    bool down_reported = false;  // on the executor only
+    std::string sha;             // the budget script's, once loaded
+    asio::steady_timer wake;
+    connection_ptr sub;  // the subscription's connection (closed by stop)
+
+    void poke() {
+        asio::post(ex, [self = shared_from_this()] { self->wake.cancel(); });
+    }
+
+    // the level Redis reported for `provider`, with this process's deposits not yet sent
+    void learn(std::string_view provider, std::int64_t level) {
+        std::lock_guard lock(mutex);
+        auto d = deposits.find(provider);
+        const std::int64_t pending = d == deposits.end() ? 0 : d->second.delta;
+        const std::int64_t max = d == deposits.end() ? INT64_MAX : d->second.max;
+        auto it = levels.find(provider);
+        if (it == levels.end()) it = levels.emplace(std::string(provider), 0).first;
+        it->second = std::clamp<std::int64_t>(level + pending, 0, max);
+    }
+    void forget(std::string_view provider) {
+        std::lock_guard lock(mutex);
+        if (provider.empty())
+            levels.clear();
+        else if (auto it = levels.find(provider); it != levels.end())
+            levels.erase(it);
+    }
+
+    void report_down(const std::string& why) {
+        up = false;
+        if (down_reported || stopping) return;
+        down_reported = true;
+        opts.logger->warn("limits: redis at {} unavailable ({}); using local state", where, why);
+    }
+    void report_up() {
+        up = true;
+        if (!down_reported) return;
+        down_reported = false;
+        opts.logger->warn("limits: redis at {} is back", where);
+    }
+
+    // ---- I/O -------------------------------------------------------------------------------
+
+    // Reads one reply; with a deadline (`timeout` > 0) the socket is closed when it passes.
+    static asio::awaitable<reply_ptr> read_reply(connection_ptr c,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::string& error) {
+        auto timed_out = std::make_shared<bool>(false);
+        asio::steady_timer deadline(c->socket.get_executor());
+        if (timeout.count() > 0) {
+            deadline.expires_after(timeout);
+            deadline.async_wait([c, timed_out](boost::system::error_code ec) {
+                if (ec) return;
+                *timed_out = true;
+                boost::system::error_code ignored;
+                c->socket.close(ignored);
+            });
+        }
+        for (;;) {
+            void* r = nullptr;
+            if (redisReaderGetReply(c->reader.get(), &r) != REDIS_OK) {
+                error = "a reply hiredis cannot parse";
+                co_return nullptr;
+            }
+            if (r) {
+                deadline.cancel();
+                co_return reply_ptr(static_cast<redisReply*>(r));
+            }
+            auto [ec, n] =
+                co_await c->socket.async_read_some(asio::buffer(c->buf), tuple_awaitable);
+            if (ec) {
+                error = *timed_out ? "no answer within " + std::to_string(timeout.count()) + " ms"
+                                   : ec.message();
+                co_return nullptr;
+            }
+            redisReaderFeed(c->reader.get(), c->buf.data(), n);
+        }
+    }
+
+    asio::awaitable<reply_ptr> command(connection_ptr c, std::vector<std::string> args,
+                                       std::string& error) {
+        const std::string wire = format_command(args);
+        auto [ec, n] = co_await asio::async_write(c->socket, asio::buffer(wire), tuple_awaitable);
+        (void)n;
+        if (ec) {
+            error = ec.message();
+            co_return nullptr;
+        }
+        co_return co_await read_reply(c, opts.timeout, error);
+    }
+
+    // connect, AUTH, SELECT; false with `error` when it did not work
+    asio::awaitable<bool> open(connection_ptr c, std::string& error) {
+        tcp::resolver resolver(ex);
+        auto [rec, results] = co_await resolver.async_resolve(
+            opts.endpoint.host, std::to_string(opts.endpoint.port), tuple_awaitable);
+        if (rec) {
+            error = rec.message();
+            co_return false;
+        }
+        auto timed_out = std::make_shared<bool>(false);
+        asio::steady_timer deadline(ex);
+        deadline.expires_after(opts.timeout);
+        deadline.async_wait([c, timed_out](boost::system::error_code ec) {
+            if (ec) return;
+            *timed_out = true;
+            boost::system::error_code ignored;
+            c->socket.close(ignored);
+        });
+        auto [cec, ep] = co_await asio::async_connect(c->socket, results, tuple_awaitable);
+        (void)ep;
+        deadline.cancel();
+        if (cec) {
+            error = *timed_out ? "no answer within " + std::to_string(opts.timeout.count()) + " ms"
+                               : cec.message();
+            co_return false;
+        }
+        if (opts.endpoint.password) {
+            std::vector<std::string> auth{"AUTH"};
+            if (!opts.endpoint.user.empty()) auth.push_back(opts.endpoint.user);
+            auth.push_back(*opts.endpoint.password);
+            auto r = co_await command(c, std::move(auth), error);
+            if (!r) co_return false;
+            if (r->type == REDIS_REPLY_ERROR) {
+                error = std::string(r->str, r->len);
+                co_return false;
+            }
+        }
+        std::vector<std::string> check{"PING"};
+        if (opts.endpoint.db != 0) check = {"SELECT", std::to_string(opts.endpoint.db)};
+        auto r = co_await command(c, std::move(check), error);
+        if (!r) co_return false;
+        if (r->type == REDIS_REPLY_ERROR) {  // NOAUTH, a bad database
+            error = std::string(r->str, r->len);
+            co_return false;
+        }
+        co_return true;
+    }
+
+    // EVALSHA, EVAL when the script is not in the server's cache; false: the connection failed
+    asio::awaitable<bool> apply(connection_ptr c, op o, std::string& error) {
+        if (o.clear) {
+            std::vector<std::string> del{"HDEL", key, o.provider};
+            if (o.provider.empty()) del = {"DEL", key};
+            auto r = co_await command(c, std::move(del), error);
+            if (!r) co_return false;
+            std::vector<std::string> pub{"PUBLISH", chan, "- " + o.provider};
+            r = co_await command(c, std::move(pub), error);
+            co_return r != nullptr;
+        }
+        std::vector<std::string> args{"EVALSHA",
+                                      sha.empty() ? "0" : sha,
+                                      "1",
+                                      key,
+                                      o.provider,
+                                      std::to_string(o.max),
+                                      std::to_string(o.delta),
+                                      chan};
+        auto r = co_await command(c, args, error);
+        if (!r) co_return false;
+        if (r->type == REDIS_REPLY_ERROR &&
+            std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
+            args[0] = "EVAL";
+            args[1] = std::string(budget_script);
+            r = co_await command(c, args, error);
+            if (!r) co_return false;
+        }
+        if (r->type != REDIS_REPLY_INTEGER) {
+            opts.logger->error(
+                "limits: redis: unexpected {} reply to the budget script on key {}{}",
+                type_name(r->type), key,
+                r->type == REDIS_REPLY_ERROR ? ": " + std::string(r->str, r->len) : std::string());
+            co_return true;
+        }
+        learn(o.provider, r->integer);
+        co_return true;
+    }
+
+    // the full re-read (HGETALL); false: the connection failed
+    asio::awaitable<bool> resync(connection_ptr c, std::string& error) {
+        std::vector<std::string> args{"HGETALL", key};
+        auto r = co_await command(c, std::move(args), error);
+        if (!r) co_return false;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+            opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
+                               type_name(r->type), key);
+            co_return true;
+        }
+        for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+            const redisReply* f = r->element[i];
+            const redisReply* v = r->element[i + 1];
+            const auto level = v->type == REDIS_REPLY_STRING
+                                   ? to_int(std::string_view(v->str, v->len))
+                                   : std::nullopt;
+            if (f->type != REDIS_REPLY_STRING || !level) {
+                opts.logger->error(
+                    "limits: redis: unexpected value in key {} (field {})", key,
+                    f->type == REDIS_REPLY_STRING ? std::string(f->str, f->len) : std::string("?"));
+                continue;
+            }
+            learn(std::string_view(f->str, f->len), *level);
+        }
+        co_return true;
+    }
+
+    asio::awaitable<void> pause(std::chrono::milliseconds d) {
+        wake.expires_after(d);
+        co_await wake.async_wait(tuple_awaitable);
+    }
+
+    std::vector<op> take(bool deposits_due) {
+        std::lock_guard lock(mutex);
+        std::vector<op> out = std::move(queue);
+        queue.clear();
+        if (deposits_due) {
+            for (auto& [p, o] : deposits) out.push_back(std::move(o));
+            deposits.clear();
+        }
+        return out;
+    }
+    bool idle() const {
+        std::lock_guard lock(mutex);
+        return queue.empty() && deposits.empty();
+    }
+    bool has_deposits() const {
+        std::lock_guard lock(mutex);
+        return !deposits.empty();
+    }
+
+    static asio::awaitable<void> run_commands(std::shared_ptr<state> self) {
+        auto backoff = std::chrono::milliseconds(100);
+        while (!(self->stopping && self->idle())) {
+            auto c = std::make_shared<connection>(self->ex);
+            std::string error;
+            bool ok = co_await self->open(c, error);
+            if (ok) {
+                std::vector<std::string> load{"SCRIPT", "LOAD", std::string(budget_script)};
+                auto r = co_await self->command(c, std::move(load), error);
+                ok = r != nullptr;
+                if (r && r->type == REDIS_REPLY_STRING) self->sha.assign(r->str, r->len);
+            }
+            if (!ok) {
+                self->report_down(error);
+                if (self->stopping) break;
+                co_await self->pause(backoff);
+                backoff = std::min(backoff * 2, self->opts.max_backoff);
+                continue;
+            }
+            self->report_up();
+            backoff = std::chrono::milliseconds(100);
+            auto next_resync = clock_type::now();
+            auto next_flush = clock_type::now() + self->opts.deposit_interval;
+            for (;;) {
+                const auto now = clock_type::now();
+                if (now >= next_resync) {
+                    if (!co_await self->resync(c, error)) break;
+                    next_resync = now + self->opts.resync;
+                }
+                const bool due = self->stopping || now >= next_flush;
+                if (due) next_flush = now + self->opts.deposit_interval;
+                bool failed = false;
+                for (auto& o : self->take(due))
+                    if (!co_await self->apply(c, std::move(o), error)) {
+                        failed = true;  // what was not sent stays in the local copy only
+                        break;
+                    }
+                if (failed) break;
+                if (self->stopping && self->idle()) {
+                    boost::system::error_code ignored;
+                    c->socket.close(ignored);
+                    co_return;
+                }
+                self->wake.expires_at(self->has_deposits() ? std::min(next_resync, next_flush)
+                                                           : next_resync);
+                if (self->idle() || !self->has_deposits() || clock_type::now() < next_flush)
+                    co_await self->wake.async_wait(tuple_awaitable);
+            }
+            self->report_down(error);
+        }
+    }
+
+    static asio::awaitable<void> run_subscription(std::shared_ptr<state> self) {
+        auto backoff = std::chrono::milliseconds(100);
+        asio::steady_timer pause_timer(self->ex);
+        while (!self->stopping) {
+            auto c = std::make_shared<connection>(self->ex);
+            self->sub = c;
+            std::string error;
+            bool ok = co_await self->open(c, error);
+            if (ok) {
+                std::vector<std::string> subscribe{"SUBSCRIBE", self->chan};
+                const std::string wire = format_command(subscribe);
+                auto [ec, n] =
+                    co_await asio::async_write(c->socket, asio::buffer(wire), tuple_awaitable);
+                (void)n;
+                ok = !ec;
+            }
+            while (ok && !self->stopping) {
+                auto r = co_await read_reply(c, std::chrono::milliseconds(0), error);
+                if (!r) break;
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+                    r->element[0]->type != REDIS_REPLY_STRING ||
+                    std::string_view(r->element[0]->str, r->element[0]->len) != "message")
+                    continue;  // the subscribe confirmation
+                const redisReply* payload = r->element[2];
+                if (payload->type != REDIS_REPLY_STRING) continue;
+                const std::string_view text(payload->str, payload->len);
+                const auto space = text.find(' ');
+                if (space == std::string_view::npos) continue;
+                const std::string_view provider = text.substr(space + 1);
+                if (text.substr(0, space) == "-") {
+                    self->forget(provider);
+                } else if (const auto level = to_int(text.substr(0, space))) {
+                    self->learn(provider, *level);
+                } else {
+                    self->opts.logger->error("limits: redis: unexpected message on channel {}",
+                                             self->chan);
+                }
+            }
+            if (self->stopping) break;
+            pause_timer.expires_after(backoff);
+            co_await pause_timer.async_wait(tuple_awaitable);
+            backoff = std::min(backoff * 2, self->opts.max_backoff);
+        }
+    }
+};
+
+namespace {
+struct log_exit {
+    std::shared_ptr<spdlog::logger> logger;
+    const char* what;
+    void operator()(std::exception_ptr e) const {
+        if (!e) return;
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            logger->error("limits: redis {}: {}", what, x.what());
+        }
+    }
+};
+}  // namespace
+
+redis_limit_store::redis_limit_store(asio::any_io_executor ex, redis_limit_store_options opts)
+    : state_(std::make_shared<state>(std::move(ex), std::move(opts))) {
+    if (!state_->opts.logger) throw std::invalid_argument("redis_limit_store: no logger");
+    const log_exit on_commands{state_->opts.logger, "commands"};
+    const log_exit on_sub{state_->opts.logger, "subscription"};
+    asio::co_spawn(state_->ex, state::run_commands(state_), on_commands);
+    asio::co_spawn(state_->ex, state::run_subscription(state_), on_sub);
+}
+
+redis_limit_store::~redis_limit_store() {
+    stop();
+}
+
+void redis_limit_store::stop() {
+    if (state_->stopping.exchange(true)) return;
+    asio::post(state_->ex, [s = state_] {
+        s->wake.cancel();
+        if (s->sub) {
+            boost::system::error_code ignored;
+            s->sub->socket.close(ignored);
+        }
+    });
+}
+
+bool redis_limit_store::budget_on_failure(std::string_view provider,
+                                          const retry_budget_settings& s) {
+    bool allowed = false;
+    {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->levels.find(provider);
+        if (it == state_->levels.end())
+            it = state_->levels.emplace(std::string(provider), retry_budget::max_milli(s)).first;
+        retry_budget b(s);
+        b.set_tokens_milli(it->second);
+        allowed = b.on_failure(s);
+        it->second = b.tokens_milli();
+        state_->queue.push_back({std::string(provider), -1000, retry_budget::max_milli(s), false});
+    }
+    state_->poke();
+    return allowed;
+}
+
+void redis_limit_store::budget_on_success(std::string_view provider,
+                                          const retry_budget_settings& s) {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->levels.find(provider);
+    if (it == state_->levels.end())
+        it = state_->levels.emplace(std::string(provider), retry_budget::max_milli(s)).first;
+    retry_budget b(s);
+    b.set_tokens_milli(it->second);
+    b.on_success(s);
+    it->second = b.tokens_milli();
+    auto d = state_->deposits.find(provider);
+    if (d == state_->deposits.end())
+        d = state_->deposits.emplace(std::string(provider), state::op{std::string(provider)}).first;
+    d->second.delta += s.token_ratio_milli;  // sent by the next flush: no wake-up here
+    d->second.max = retry_budget::max_milli(s);
+}
+
+std::vector<budget_level> redis_limit_store::budget_levels() const {
+    std::lock_guard lock(state_->mutex);
+    std::vector<budget_level> out;
+    for (const auto& [p, t] : state_->levels) out.push_back({p, t});
+    return out;
+}
+
+void redis_limit_store::clear(std::optional<std::string_view> provider) {
+    {
+        std::lock_guard lock(state_->mutex);
+        const std::string p = provider ? std::string(*provider) : std::string();
+        if (p.empty()) {
+            state_->levels.clear();
+            state_->deposits.clear();
+        } else {
+            state_->levels.erase(p);
+            state_->deposits.erase(p);
+        }
+        state_->queue.push_back({p, 0, 0, true});
+    }
+    state_->poke();
+}
+
+bool redis_limit_store::connected() const noexcept {
+    return state_->up;
+}
+
+std::string redis_limit_store::budget_key() const {
+    return state_->key;
+}
+std::string redis_limit_store::channel() const {
+    return state_->chan;
+}
+
+}  // namespace coagent
