@@ -110,7 +110,7 @@ using connection_ptr = std::shared_ptr<connection>;
 
 struct redis_limit_store::state : std::enable_shared_from_this<state> {
     state(asio::any_io_executor e, redis_limit_store_options o)
-        : ex(std::move(e)), opts(std::move(o)), wake(ex) {
+        : ex(std::move(e)), opts(std::move(o)), wake(ex), sub_wake(ex) {
         where = opts.endpoint.host + ":" + std::to_string(opts.endpoint.port);
         key = opts.key_prefix + "{limits}:budget";
         chan = opts.key_prefix + "{limits}:events";
@@ -136,7 +136,20 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     bool down_reported = false;  // on the executor only
     std::string sha;             // the budget script's, once loaded
     asio::steady_timer wake;
-    connection_ptr sub;  // the subscription's connection (closed by stop)
+    asio::steady_timer sub_wake;  // the subscription's backoff (cancelled by stop)
+    connection_ptr sub;           // the subscription's connection (closed by stop)
+    connection_ptr cmd;           // the commands' connection (closed when stop's grace period ends)
+    asio::steady_timer stop_timer{ex};
+
+    // stop(): wake both loops; what is still queued has opts.timeout to go out, then both
+    // connections are closed, whatever they are doing (no wait of theirs outlives it)
+    void shut(bool final) {
+        wake.cancel();
+        sub_wake.cancel();
+        boost::system::error_code ignored;
+        if (sub) sub->socket.close(ignored);
+        if (final && cmd) cmd->socket.close(ignored);
+    }
 
     void poke() {
         asio::post(ex, [self = shared_from_this()] { self->wake.cancel(); });
@@ -338,6 +351,7 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     }
 
     asio::awaitable<void> pause(std::chrono::milliseconds d) {
+        if (stopping) co_return;
         wake.expires_after(d);
         co_await wake.async_wait(tuple_awaitable);
     }
@@ -356,6 +370,10 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         std::lock_guard lock(mutex);
         return queue.empty() && deposits.empty();
     }
+    bool has_queue() const {
+        std::lock_guard lock(mutex);
+        return !queue.empty();
+    }
     bool has_deposits() const {
         std::lock_guard lock(mutex);
         return !deposits.empty();
@@ -365,6 +383,7 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         auto backoff = std::chrono::milliseconds(100);
         while (!(self->stopping && self->idle())) {
             auto c = std::make_shared<connection>(self->ex);
+            self->cmd = c;
             std::string error;
             bool ok = co_await self->open(c, error);
             if (ok) {
@@ -404,10 +423,13 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                     c->socket.close(ignored);
                     co_return;
                 }
-                self->wake.expires_at(self->has_deposits() ? std::min(next_resync, next_flush)
-                                                           : next_resync);
-                if (self->idle() || !self->has_deposits() || clock_type::now() < next_flush)
+                // a poke() that came while a command ran found no wait to cancel: the queue
+                // is checked here, so no update waits for the next re-read
+                if (!self->has_queue() && !self->stopping) {
+                    self->wake.expires_at(self->has_deposits() ? std::min(next_resync, next_flush)
+                                                               : next_resync);
                     co_await self->wake.async_wait(tuple_awaitable);
+                }
             }
             self->report_down(error);
         }
@@ -415,10 +437,10 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
 
     static asio::awaitable<void> run_subscription(std::shared_ptr<state> self) {
         auto backoff = std::chrono::milliseconds(100);
-        asio::steady_timer pause_timer(self->ex);
         while (!self->stopping) {
             auto c = std::make_shared<connection>(self->ex);
             self->sub = c;
+            if (self->stopping) break;
             std::string error;
             bool ok = co_await self->open(c, error);
             if (ok) {
@@ -452,8 +474,8 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                 }
             }
             if (self->stopping) break;
-            pause_timer.expires_after(backoff);
-            co_await pause_timer.async_wait(tuple_awaitable);
+            self->sub_wake.expires_after(backoff);  // (stop() cancels it)
+            co_await self->sub_wake.async_wait(tuple_awaitable);
             backoff = std::min(backoff * 2, self->opts.max_backoff);
         }
     }
@@ -490,11 +512,9 @@ redis_limit_store::~redis_limit_store() {
 void redis_limit_store::stop() {
     if (state_->stopping.exchange(true)) return;
     asio::post(state_->ex, [s = state_] {
-        s->wake.cancel();
-        if (s->sub) {
-            boost::system::error_code ignored;
-            s->sub->socket.close(ignored);
-        }
+        s->shut(false);
+        s->stop_timer.expires_after(s->opts.timeout);
+        s->stop_timer.async_wait([s](boost::system::error_code) { s->shut(true); });
     });
 }
 

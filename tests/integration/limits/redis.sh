@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# limits.store "redis" with real processes and a real redis-server (issue 19): the test starts its
+# own redis-server on a free port in a temporary directory (never the system one) and stops it.
+# Each coagent process has its own COAGENT_DIR (as on separate machines).
+# Usage: redis.sh <path to coagent>
+set -uo pipefail
+COAGENT=$(realpath "$1")
+command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/setup.sh)" >&2; exit 1; }
+work=$(mktemp -d)
+redis_pid=""
+cleanup() {
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
+  [ -n "${rpc_pid:-}" ] && kill "$rpc_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+
+passed=0
+failed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+count() { grep -cF -- "$2" "$1"; }
+# wait_for FILE TEXT [SECONDS]: until FILE contains TEXT (a real-time cap, never a fixed sleep)
+wait_for() {
+  local deadline=$((SECONDS + ${3:-10}))
+  until grep -qF -- "$2" "$1" 2>/dev/null; do
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.02
+  done
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+port=$(free_port)
+start_redis() {  # start_redis [extra redis-server args...]
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
+    "$@" >"$work/redis.log" 2>&1 3>&- &  # (not the RPC test's fifo: its EOF ends coagent)
+  redis_pid=$!
+  local deadline=$((SECONDS + 10))
+  until redis-cli -p "$port" ${REDIS_PASS:+-a "$REDIS_PASS" --no-auth-warning} ping 2>/dev/null | grep -q PONG; do
+    [ $SECONDS -ge $deadline ] && { echo "redis-server did not start" >&2; cat "$work/redis.log" >&2; exit 1; }
+    sleep 0.02
+  done
+}
+stop_redis() { kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; redis_pid=""; }
+rcli() { redis-cli -p "$port" "$@"; }
+key='coagent:{limits}:budget'
+
+home() {  # home NAME SETTINGS-JSON: a COAGENT_DIR of its own
+  mkdir -p "$work/$1"
+  echo "$2" >"$work/$1/settings.json"
+}
+shared='"limits":{"store":"redis","redisUrl":"redis://127.0.0.1:'$port'/0"}'
+budget='"retry":{"baseDelayMs":1,"budget":{"enabled":true,"maxTokens":10}}'
+
+start_redis
+
+# ---- 1. the budget over 5 processes at a time, 50 prompts in all, during an outage ----------
+# Every request fails (503). The first step waits 200 ms, so a process has read the shared level
+# before its first decision. Bound: a process retries only while its copy of the bucket is above
+# maxTokens/2 = 5, and each failure anywhere takes a token; a process can miss at most what the
+# others did in the same moment, so with 5 processes running together the fleet makes at most
+# 5 x (10/2 - 1) = 20 retries (without the budget: 50 x maxRetries = 150).
+outage='[{"error":"503 Service Unavailable","status":503,"delayMs":200},{"error":"503 Service Unavailable","status":503,"times":9,"delayMs":20}]'
+for i in 1 2 3 4 5; do home "b$i" "{$shared,$budget}"; done
+for wave in $(seq 1 10); do
+  pids=()
+  for i in 1 2 3 4 5; do
+    COAGENT_DIR="$work/b$i" "$COAGENT" --mode json --no-session --faux-script "$outage" -p hi \
+      >"$work/b-$wave-$i.jsonl" 2>"$work/b-$wave-$i.err" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+done
+retries=$(cat "$work"/b-*.jsonl | grep -c '"type":"auto_retry_start"')
+ends=$(cat "$work"/b-*.jsonl | grep -c '"type":"auto_retry_end"')
+refused=$(cat "$work"/b-*.jsonl | grep -c 'retry budget for faux exhausted')
+echo "budget: 50 prompts over 5 processes at a time: $retries retries, $refused refused by the budget" >&2
+check "budget: the fleet's retries stay within 5 x (maxTokens/2 - 1) = 20" [ "$retries" -le 20 ]
+check "budget: at least one retry was made (the bucket started full)" [ "$retries" -ge 1 ]
+check "budget: every prompt settles with exactly one auto_retry_end" [ "$ends" = 50 ]
+each_one=1
+for f in "$work"/b-*.jsonl; do [ "$(count "$f" '"type":"auto_retry_end"')" = 1 ] || each_one=0; done
+check "budget: one auto_retry_end in each prompt" [ "$each_one" = 1 ]
+check "budget: the level in Redis is at most half the bucket" [ "$(rcli hget "$key" faux)" -le 5000 ]
+check "budget: no warning while Redis is up" bash -c "! cat $work/b-*.err | grep -q 'limits:'"
+
+# the same outage without the budget: every prompt retries maxRetries times
+home off "{$shared,\"retry\":{\"baseDelayMs\":1}}"
+COAGENT_DIR="$work/off" "$COAGENT" --mode json --no-session --faux-script "$outage" -p hi >off.jsonl 2>off.err
+check "budget off: 3 retries, the spec's chain" [ "$(count off.jsonl '"type":"auto_retry_start"')" = 3 ]
+
+# a successful prompt sends no command on its way (deposits are batched, at most one a second)
+rcli config resetstat >/dev/null
+home ok "{$shared,$budget}"
+COAGENT_DIR="$work/ok" "$COAGENT" --no-session --faux-script '[{"text":"fine","delayMs":300}]' -p hi >ok.txt 2>ok.err
+calls=$(rcli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/.*calls=\([0-9]*\).*/\1/' | paste -sd+ | bc)
+check "success: the reply" grep -qx fine ok.txt
+check "success: one batched deposit at most (EVALSHA/EVAL calls)" [ "${calls:-0}" -le 1 ]
+
+# ---- 2. RPC get_state, Redis killed mid-run, Redis back ------------------------------------
+home rpc "{$shared,$budget}"
+rcli del "$key" >/dev/null  # a full bucket again
+mkfifo in.fifo
+COAGENT_DIR="$work/rpc" "$COAGENT" --mode rpc --no-session \
+  --faux-script '[{"text":"one"},{"error":"503 Service Unavailable","status":503},{"text":"two"},{"error":"503 Service Unavailable","status":503},{"text":"three"}]' \
+  <in.fifo >rpc.out 2>rpc.err &
+rpc_pid=$!
+exec 3>in.fifo
+wait_for rpc.out '"type":"ready"'
+# connected: both connections are in Redis's client list
+deadline=$((SECONDS + 10))
+until [ "$(rcli client list | grep -c .)" -ge 3 ] || [ $SECONDS -ge $deadline ]; do sleep 0.02; done
+echo '{"id":"s1","type":"get_state"}' >&3
+wait_for rpc.out '"id":"s1"'
+check "rpc: get_state says redis" contains rpc.out '"limitsStore":"redis","limitsConnected":true'
+echo '{"id":"p1","type":"prompt","message":"hi"}' >&3
+wait_for rpc.out '"text":"one"'
+stop_redis
+echo '{"id":"p2","type":"prompt","message":"again"}' >&3   # fails once, retried: one warning
+check "redis killed: the prompt settles" wait_for rpc.out '"success":true,"attempt":1' 10
+check "redis killed: one warning" wait_for rpc.err "limits: redis at 127.0.0.1:$port unavailable (" 10
+echo '{"id":"s2","type":"get_state"}' >&3
+wait_for rpc.out '"id":"s2"'
+check "redis killed: get_state says not connected" contains rpc.out '"limitsStore":"redis","limitsConnected":false'
+start_redis
+check "redis back: one line" wait_for rpc.err "limits: redis at 127.0.0.1:$port is back" 15
+echo '{"id":"p3","type":"prompt","message":"more"}' >&3   # a failure: its update reaches Redis
+check "redis back: state flows again" bash -c "for i in \$(seq 500); do [ -n \"\$(redis-cli -p $port hget '$key' faux)\" ] && exit 0; sleep 0.02; done; exit 1"
+exec 3>&-
+wait "$rpc_pid"; rc=$?
+check "rpc: exit 0 at stdin EOF" [ "$rc" = 0 ]
+check "rpc: exactly one unavailable warning" [ "$(count rpc.err 'unavailable (')" = 1 ]
+
+# ---- 3. unreachable, wrong password: a warning, local state, exit 0 -------------------------
+stop_redis
+home down "{$shared,$budget}"
+COAGENT_DIR="$work/down" "$COAGENT" --no-session --faux-script '[{"text":"local","delayMs":300}]' -p hi >down.txt 2>down.err; rc=$?
+check "unreachable: exit 0" [ "$rc" = 0 ]
+check "unreachable: the reply" grep -qx local down.txt
+check "unreachable: one warning" [ "$(count down.err "limits: redis at 127.0.0.1:$port unavailable (Connection refused); using local state")" = 1 ]
+
+REDIS_PASS=right start_redis --requirepass right
+COAGENT_REDIS_URL="redis://:wrong@127.0.0.1:$port/0" COAGENT_DIR="$work/down" "$COAGENT" --no-session \
+  --faux-script '[{"text":"local","delayMs":300}]' -p hi >pw.txt 2>pw.err; rc=$?
+check "wrong password: exit 0" [ "$rc" = 0 ]
+check "wrong password: the reply" grep -qx local pw.txt
+check "wrong password: the warning names the reason" contains pw.err "limits: redis at 127.0.0.1:$port unavailable (WRONGPASS"
+check "wrong password: never printed" bash -c "! grep -q wrong $work/pw.err"
+
+echo "redis.sh: $passed passed, $failed failed" >&2
+[ "$failed" = 0 ]
