@@ -4,6 +4,9 @@
 
 #include "session_parts.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <spdlog/logger.h>
@@ -86,6 +89,7 @@ agent_session::agent_session(session_options o)
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
         history_ = std::move(loaded.history);
         messages_ = history_.context();
+        check_tool_calls_ = true;
         for (const auto& e : history_.entries())
             if (e.type == "session_info")
                 if (const auto* n = e.raw.if_contains("name"); n && n->is_string())
@@ -214,9 +218,9 @@ void agent_session::restore_fallback_primary() {
     switch_provider(std::move(p), false);
 }
 
-void agent_session::register_tool(tool_definition def, tool_function fn) {
+void agent_session::register_tool(tool_definition def, tool_function fn, tool_options o) {
     auto& r = rare();
-    r.tools.add(std::move(def), std::move(fn));
+    r.tools.add(std::move(def), std::move(fn), o);
 }
 
 // ---- context ----------------------------------------------------------------------------
@@ -332,7 +336,19 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
 // the run policy's events, in the order it decides them (agent_session is its event_sink: no
 // sink object in any coroutine frame)
 void agent_session::operator()(event e) {
+    if (const auto* end = std::get_if<auto_retry_end_event>(&e)) record_retry_end(*end);
     emit(std::move(e));
+}
+
+void agent_session::record_retry_end(const auto_retry_end_event& end) {
+    // how the chain ended, before its event is published (docs/sessions.md "retry_end"), so a
+    // resumed transcript draws it as it was live
+    json::object fields;
+    fields["success"] = end.success;
+    fields["attempt"] = end.attempt;
+    if (end.final_error) fields["finalError"] = *end.final_error;
+    if (auto ec = history_.append_entry("retry_end", std::move(fields)))
+        logger_->error("session file: cannot write the retry_end entry: {}", ec.message());
 }
 
 asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
@@ -537,6 +553,7 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
     emit(agent_start_event{});
     for (;;) {
         emit(turn_start_event{});
+        if (check_tool_calls_) co_await repair_tool_calls(out);
         if (user) {
             append(user);
             emit(message_start_event{user});
@@ -600,29 +617,62 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
 }
 
 asio::awaitable<void> agent_session::execute_tools(const message& assistant, run_outcome& out) {
-    for (const tool_call_block* call : tool_calls_of(assistant)) {
-        emit(tool_execution_start_event{call->id, call->name, call->arguments});
-        tool_output result;
-        if (abort_.requested()) {
-            result = {"Tool execution was aborted", true};
-        } else {
-            result = co_await rare().tools.call(call->name, call->arguments, *logger_);
+    for (const tool_call_block* call : tool_calls_of(assistant)) co_await execute_tool(*call, out);
+}
+
+asio::awaitable<void> agent_session::execute_tool(const tool_call_block& call, run_outcome& out) {
+    emit(tool_execution_start_event{call.id, call.name, call.arguments});
+    tool_output result;
+    if (abort_.requested()) {
+        result = {"Tool execution was aborted", true};
+    } else {
+        // its own coroutine, so that abort() reaches the tool's waits (terminal cancellation)
+        auto run = rare().tools.call(call.name, call.arguments, *logger_);
+        auto token =
+            asio::bind_cancellation_slot(abort_.slot(), asio::as_tuple(asio::use_awaitable));
+        auto [failure, output] =
+            co_await asio::co_spawn(executor_, std::move(run), std::move(token));
+        abort_.slot().clear();
+        if (failure)
+            std::rethrow_exception(failure);  // a bug: tool_runner catches what tools throw
+        result = std::move(output);
+        // interrupted: whatever the tool said as it was cancelled is not its result
+        if (abort_.requested()) result = {interrupted_tool_text(call.name), true};
+    }
+    json::object res;
+    json::array content;
+    json::object text;
+    text["type"] = "text";
+    text["text"] = result.text;
+    content.push_back(std::move(text));
+    res["content"] = std::move(content);
+    emit(
+        tool_execution_end_event{call.id, call.name, json::value(std::move(res)), result.is_error});
+    add_tool_result(call, std::move(result), out);
+}
+
+void agent_session::add_tool_result(const tool_call_block& call, tool_output result,
+                                    run_outcome& out) {
+    auto tr = std::make_shared<message>(
+        make_tool_result(call.id, call.name, std::move(result.text), result.is_error));
+    append(tr);
+    emit(message_start_event{tr});
+    emit(message_end_event{tr});
+    out.added.push_back(std::move(tr));
+}
+
+asio::awaitable<void> agent_session::repair_tool_calls(run_outcome& out) {
+    check_tool_calls_ = false;
+    const auto repairs = plan_tool_call_repair(messages_, rare_ ? &rare_->tools : nullptr);
+    if (repairs.empty()) co_return;
+    // the calls point into an assistant message of messages_, which is only appended to here
+    for (const tool_call_repair& r : repairs) {
+        if (r.run_again) {  // registered idempotent: it runs once more
+            co_await execute_tool(*r.call, out);
+        } else {  // not run again: only its result, as a message
+            tool_output interrupted{interrupted_tool_text(r.call->name), true};
+            add_tool_result(*r.call, std::move(interrupted), out);
         }
-        json::object res;
-        json::array content;
-        json::object text;
-        text["type"] = "text";
-        text["text"] = result.text;
-        content.push_back(std::move(text));
-        res["content"] = std::move(content);
-        emit(tool_execution_end_event{call->id, call->name, json::value(std::move(res)),
-                                      result.is_error});
-        auto tr = std::make_shared<message>(
-            make_tool_result(call->id, call->name, std::move(result.text), result.is_error));
-        append(tr);
-        emit(message_start_event{tr});
-        emit(message_end_event{tr});
-        out.added.push_back(std::move(tr));
     }
 }
 

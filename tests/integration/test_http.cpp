@@ -1340,7 +1340,7 @@ TEST_CASE(
         REQUIRE(starts.size() == 2);
         CHECK(
             starts[0] ==
-            obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+            obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
         CHECK(starts[1].at("delayMs") == 20);
         auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 3);
@@ -1582,7 +1582,7 @@ TEST_CASE(
         retry_events ==
         std::vector<std::string>{
             R"({"type":"retry_fallback_applied","from":"primary/m1","to":"backup/m2","role":"default"})",
-            R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached","limit":"quota"})",
+            R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached","limit":"quota","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})",
             R"({"type":"retry_fallback_succeeded","model":"backup/m2","role":"default"})",
             R"({"type":"auto_retry_end","success":true,"attempt":1})"});
     const auto reqs = lb.server->requests();
