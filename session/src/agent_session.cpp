@@ -12,6 +12,7 @@
 #include <spdlog/logger.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace coagent {
@@ -360,7 +361,10 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     a = co_await stream_summary(static_cast<summary_state&>(st));
                 } else {
                     run_outcome out;
-                    co_await run_agent(std::move(st.pending), out);
+                    message_ptr from =
+                        messages_.size() == st.continue_at ? st.continue_from : message_ptr{};
+                    st.continue_from = nullptr;
+                    co_await run_agent(std::move(st.pending), out, std::move(from));
                     st.pending = nullptr;
                     a = end_run(out);
                 }
@@ -373,7 +377,15 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, sink());
                 break;
             case run_action::kind::wait: {
-                if (a.drop_failed_reply) drop_trailing_failed_assistant();
+                if (a.drop_failed_reply) {
+                    // retry.resumePartial: the next run may continue the failed reply
+                    if (!st.summary && !messages_.empty() &&
+                        partial_to_continue(*messages_.back(), provider_->model().api,
+                                            config_.retry, prefill_rejected(provider_->model())))
+                        st.continue_from = messages_.back();
+                    drop_trailing_failed_assistant();
+                    st.continue_at = messages_.size();
+                }
                 // awaited directly as a deferred operation: no wrapper frame, not even
                 // use_awaitable's initiation frame (which would sit in a recycled block of a
                 // freed, larger frame)
@@ -402,6 +414,12 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
     }
 }
 
+bool agent_session::prefill_rejected(const model_info& m) const {
+    if (!rare_) return false;
+    const auto& r = rare_->prefill_rejected;
+    return std::find(r.begin(), r.end(), model_selector(m)) != r.end();
+}
+
 run_action agent_session::end_run(run_outcome& out) {
     run_end in;
     in.added = std::move(out.added);
@@ -409,6 +427,12 @@ run_action agent_session::end_run(run_outcome& out) {
     if (in.last) {
         const model_info m = provider_->model();
         in.cls = classify(*in.last, m, now_ms());
+        if (out.continued && is_prefill_rejection(*in.last)) {
+            // the provider refused the prefill: remembered for the model, and this attempt is
+            // retried as a full restart
+            if (!prefill_rejected(m)) rare().prefill_rejected.push_back(model_selector(m));
+            in.cls = prefill_rejection_classification();
+        }
         in.over_threshold = over_threshold(*in.last, m, config_.compaction);
     }
     in.abort_requested = abort_.requested();
@@ -548,7 +572,8 @@ asio::awaitable<run_action> agent_session::stream_summary(summary_state& st) {
     co_return policy_.on_run_end(std::move(in), config_, sink());
 }
 
-asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {
+asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out,
+                                               message_ptr continue_from) {
     restore_fallback_primary();  // before every run: a new prompt, a retry's continue, a follow-up
     emit(agent_start_event{});
     for (;;) {
@@ -579,7 +604,24 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             reply->model = m.id;
         }
         reply->timestamp = wall_clock_ms();
-        const provider_request req = build_request();
+        provider_request req = build_request();
+        // retry.resumePartial (the first request of the run only): the request ends with the
+        // partial text as the assistant's turn, and the reply starts from it (message_start
+        // carries it)
+        std::optional<std::string> prefill_text;
+        if (continue_from)
+            prefill_text = partial_to_continue(*continue_from, reply->api, config_.retry,
+                                               prefill_rejected(provider_->model()));
+        if (prefill_text) {
+            auto prefill = std::make_shared<message>();
+            prefill->role = message_role::assistant;
+            prefill->content.emplace_back(text_block{*prefill_text});
+            req.messages.push_back(std::move(prefill));
+            reply->content.emplace_back(text_block{std::move(*prefill_text)});
+            out.continued = true;
+        } else {
+            continue_from = nullptr;
+        }
         observer obs(*this, reply);
         streaming_ = true;
         if (abort_.requested()) {
@@ -593,6 +635,10 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
         if (abort_.requested() && reply->stop != stop_reason::error) {
             reply->stop = stop_reason::aborted;
             if (!reply->error_message) reply->error_message = "Request was aborted";
+        }
+        if (continue_from) {
+            join_continuation(*reply, *continue_from);
+            continue_from = nullptr;  // the first request only
         }
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);

@@ -288,7 +288,9 @@ class agent_session : private event_sink {
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out,
+                                           message_ptr continue_from);
+    bool prefill_rejected(const model_info& m) const;
     boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
     boost::asio::awaitable<void> execute_tool(const tool_call_block& call, run_outcome& out);
     void add_tool_result(const tool_call_block& call, tool_output result, run_outcome& out);
