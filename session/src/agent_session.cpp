@@ -1,4 +1,5 @@
 #include <coagent/retry/backoff.hpp>
+#include <coagent/runtime/manual_clock.hpp>
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/private_files.hpp>
 
@@ -72,8 +73,12 @@ agent_session::agent_session(session_options o)
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       backoff_(executor_, clock_) {
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
-    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty()) {
+    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty() || o.telemetry) {
         auto& r = rare();
+        if (o.telemetry) {
+            r.tel = std::make_unique<telemetry_state>();
+            r.tel->sink = std::move(o.telemetry);
+        }
         r.auth = std::move(o.auth);
         r.catalog = std::move(o.models);
         r.now_ms = std::move(o.now_ms);
@@ -274,6 +279,129 @@ void agent_session::abort() {
     queue_.drop_all(dropped);
 }
 
+// ---- telemetry and usage accounting --------------------------------------------------------
+
+const session_usage& agent_session::usage() const noexcept {
+    static const session_usage none;
+    return rare_ && rare_->usage ? *rare_->usage : none;
+}
+
+session_usage& agent_session::usage_mut() {
+    auto& r = rare();
+    if (!r.usage) r.usage = std::make_unique<session_usage>();
+    return *r.usage;
+}
+
+std::int64_t agent_session::tel_now() const {
+    if (clock_ == clock_kind::manual) return manual_clock::now().time_since_epoch().count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+void agent_session::tel_prompt_start() {
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    t.prompt_open = true;
+    t.sink->prompt_start(tel_now());
+}
+
+void agent_session::tel_prompt_end() {
+    if (!rare_ || !rare_->tel || !rare_->tel->prompt_open) return;
+    auto& t = *rare_->tel;
+    t.prompt_open = false;
+    t.sink->prompt_end(tel_now(), policy_.result().outcome);
+}
+
+void agent_session::tel_refused(prompt_result::status outcome) {
+    if (!rare_ || !rare_->tel) return;
+    const std::int64_t now = tel_now();
+    rare_->tel->sink->prompt_start(now);
+    rare_->tel->sink->prompt_end(now, outcome);
+}
+
+void agent_session::tel_attempt_start(const model_info& m) {
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    t.model = {m.provider, m.id};
+    const std::int64_t now = tel_now();
+    if (!t.chat_open) {
+        t.chat_open = true;
+        t.attempts = 0;
+        t.chat_start = now;
+        t.sink->chat_start(now, t.model);
+    }
+    t.attempt_start = now;
+    t.sink->attempt_start(now, t.model, t.attempts);
+}
+
+void agent_session::tel_attempt_end(const message& reply) {
+    const bool failed = reply.stop == stop_reason::error || reply.stop == stop_reason::aborted;
+    if (failed) {
+        token_usage& w = usage_mut().wasted;
+        w.input += reply.usage.input;
+        w.output += reply.usage.output;
+        w.cache_read += reply.usage.cache_read;
+        w.cache_write += reply.usage.cache_write;
+        w.total_tokens += reply.usage.total_tokens;
+        w.cost.input += reply.usage.cost.input;
+        w.cost.output += reply.usage.cost.output;
+        w.cost.cache_read += reply.usage.cost.cache_read;
+        w.cost.cache_write += reply.usage.cost.cache_write;
+        w.cost.total += reply.usage.cost.total;
+    }
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    telemetry_attempt a;
+    a.model = t.model;
+    a.start_ns = t.attempt_start;
+    a.resend_count = t.attempts++;
+    a.usage = reply.usage;
+    a.wasted = failed;
+    if (!failed) {
+        a.result = "ok";
+    } else if (reply.stop == stop_reason::aborted) {
+        a.result = "aborted";
+        t.rule = "none";
+    } else {
+        const classification c = classify(reply, provider_->model(), now_ms());
+        a.result = c.limit != limit_kind::none ? std::string(to_string(c.limit)) : "other";
+        t.rule = c.rule;
+    }
+    t.last_result = a.result;
+    const std::int64_t now = tel_now();
+    t.sink->attempt_end(now, a);
+    if (!failed) {
+        t.chat_open = false;
+        t.sink->chat_end(now, {t.model, t.chat_start, true, {}, t.attempts});
+    }
+}
+
+void agent_session::tel_decided(const run_action& a) {
+    if (!rare_ || !rare_->tel || !rare_->tel->chat_open) return;
+    switch (a.what) {
+        case run_action::kind::run:
+        case run_action::kind::wait:
+        case run_action::kind::switch_credential:
+        case run_action::kind::switch_model:
+            return;  // the chat goes on: its next attempt follows
+        default:
+            break;
+    }
+    auto& t = *rare_->tel;
+    t.chat_open = false;
+    t.sink->chat_end(tel_now(), {t.model, t.chat_start, false, t.last_result, t.attempts});
+}
+
+void agent_session::tel_retry(const auto_retry_start_event& e) {
+    session_usage& u = usage_mut();
+    ++u.retries;
+    ++u.retries_by_limit[static_cast<std::size_t>(e.limit)];
+    if (!rare_->tel) return;
+    auto& t = *rare_->tel;
+    t.sink->retry(tel_now(), {t.model, e.attempt, e.delay_ms, t.rule, e.limit});
+}
+
 // ---- the prompt -------------------------------------------------------------------------
 
 asio::awaitable<prompt_result> agent_session::prompt(std::string text,
@@ -302,13 +430,17 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
                                                          streaming_behavior behavior,
                                                          std::uint64_t id) {
     if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
-    if (compacting_) co_return refused_while_compacting();
+    if (compacting_) {
+        tel_refused(prompt_result::status::refused);
+        co_return refused_while_compacting();
+    }
     busy_ = true;
     running_id_ = id;
     abort_.reset();
     run_state st;
     st.pending = std::make_shared<message>(make_user_message(std::move(text)));
     st.id = id;
+    tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
     co_return st.own_result ? std::move(*st.own_result) : last_result_;
 }
@@ -317,7 +449,10 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
 class agent_session::policy_events final : public event_sink {
   public:
     explicit policy_events(agent_session& s) : s_(s) {}
-    void operator()(event e) override { s_.emit(std::move(e)); }
+    void operator()(event e) override {
+        if (const auto* r = std::get_if<auto_retry_start_event>(&e)) s_.tel_retry(*r);
+        s_.emit(std::move(e));
+    }
 
   private:
     agent_session& s_;
@@ -344,17 +479,29 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 in.has_queued = has_queued();
                 in.can_fall_back = catalog_ptr() != nullptr;
                 a = policy_.on_run_end(std::move(in), config_, out);
+                tel_decided(a);
                 break;
             }
-            case run_action::kind::switch_credential:
-                a = policy_.on_credential_switch(
-                    switch_credential(st.limit_provider, a.retry_hint_ms), config_, out);
+            case run_action::kind::switch_credential: {
+                const bool switched = switch_credential(st.limit_provider, a.retry_hint_ms);
+                if (rare_ && rare_->tel)
+                    rare_->tel->sink->credential_switch(tel_now(), st.limit_provider, switched);
+                a = policy_.on_credential_switch(switched, config_, out);
+                tel_decided(a);
                 break;
-            case run_action::kind::switch_model:
-                a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, out);
+            }
+            case run_action::kind::switch_model: {
+                auto applied = switch_model(a.retry_hint_ms);
+                if (applied && rare_ && rare_->tel)
+                    rare_->tel->sink->fallback(tel_now(), applied->from, applied->to);
+                a = policy_.on_model_switch(std::move(applied), config_, out);
+                tel_decided(a);
                 break;
+            }
             case run_action::kind::wait: {
                 if (a.drop_failed_reply) drop_trailing_failed_assistant();
+                const std::int64_t wait_from = tel_now();
+                if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
                 // awaited directly as a deferred operation: no wrapper frame, not even
                 // use_awaitable's initiation frame (which would sit in a recycled block of a
                 // freed, larger frame)
@@ -363,11 +510,17 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                         ? co_await post_continue()
                         : !std::get<0>(co_await backoff_.async_wait(
                               delay_to_duration(a.delay_ms), asio::as_tuple(asio::deferred)));
+                if (const std::int64_t waited = (tel_now() - wait_from) / 1'000'000; waited > 0)
+                    usage_mut().backoff_ms += waited;
+                if (rare_ && rare_->tel)
+                    rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
                 a = policy_.on_wait_done(elapsed, has_queued(), out);
+                tel_decided(a);
                 break;
             }
             case run_action::kind::compact: {
                 const bool ok = co_await compact_context(a.reason, {}, a.resume);
+                if (rare_ && rare_->tel) rare_->tel->sink->compaction(tel_now(), a.reason, ok);
                 a = policy_.on_compaction_done(ok, has_queued());
                 break;
             }
@@ -384,11 +537,14 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     running_id_ = next->id;
                 }
                 abort_.reset();  // an abort of the retried stream is not the follow-up's
+                tel_prompt_end();
+                tel_prompt_start();
                 a = policy_.begin_next();
                 break;
             case run_action::kind::settle:
                 if (a.has_result) last_result_ = policy_.result();
                 busy_ = false;
+                tel_prompt_end();
                 queue_.wake_all();  // the prompts queued while busy
                 emit(agent_settled_event{});
                 co_return;
@@ -405,6 +561,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
     if (behavior == streaming_behavior::none) {
         r.outcome = prompt_result::status::refused;
         r.error = busy_text;
+        tel_refused(r.outcome);
         co_return r;
     }
     queue_.push(behavior == streaming_behavior::steer,
@@ -428,6 +585,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         const run_action first = st.pending || queue_.has_steers()
                                      ? policy_.begin_prompt()
                                      : policy_.begin_handover(has_queued());
+        tel_prompt_start();
         co_await perform(first, st);
         if (!cancelled)
             co_return own_result ? std::move(*own_result)
@@ -435,6 +593,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
                                  : last_result_;
     }
     if (cancelled) {
+        tel_refused(prompt_result::status::aborted);
         r.outcome = prompt_result::status::aborted;
         r.error = "Cancelled before it ran";
         co_return r;
@@ -475,13 +634,17 @@ asio::awaitable<void> agent_session::stream_summary(run_state& st, run_end& out)
     reply->provider = model.provider;
     reply->model = model.id;
     reply->timestamp = wall_clock_ms();
+    bool attempted = false;
     if (abort_.requested()) {
         reply->stop = stop_reason::aborted;
     } else {
         st.request->model = model;
+        tel_attempt_start(model);
         co_await p->stream(*st.request, *reply, quiet, abort_);
+        attempted = true;
     }
     if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
+    if (attempted) tel_attempt_end(*reply);
     policy_events events(*this);
     policy_.on_reply_end(*reply, events);
     out.cls = classify(*reply, model, now_ms());
@@ -521,19 +684,23 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_end& out) {
         reply->timestamp = wall_clock_ms();
         const provider_request req = build_request();
         observer obs(*this, reply);
+        bool attempted = false;
         streaming_ = true;
         if (abort_.requested()) {
             reply->stop = stop_reason::aborted;
             reply->error_message = "Request was aborted";
         } else {
             const std::shared_ptr<provider> p = provider_;  // set_model may switch it meanwhile
+            tel_attempt_start(req.model);
             co_await p->stream(req, *reply, obs, abort_);
+            attempted = true;
         }
         streaming_ = false;
         if (abort_.requested() && reply->stop != stop_reason::error) {
             reply->stop = stop_reason::aborted;
             if (!reply->error_message) reply->error_message = "Request was aborted";
         }
+        if (attempted) tel_attempt_end(*reply);
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});

@@ -16,6 +16,18 @@ struct agent_session::run_state {
     std::shared_ptr<message> reply;           // summary: its latest reply
 };
 
+struct agent_session::telemetry_state {
+    std::shared_ptr<telemetry> sink;
+    bool prompt_open = false;
+    bool chat_open = false;
+    int attempts = 0;                // in the open chat
+    telemetry_model model;           // of the open chat's latest attempt
+    std::string last_result;         // of the latest attempt
+    std::string rule;                // the classification rule of the latest failed attempt
+    std::int64_t chat_start = 0;     // ns
+    std::int64_t attempt_start = 0;  // ns
+};
+
 struct agent_session::rare_members {
     std::shared_ptr<auth_storage> auth;
     std::shared_ptr<model_catalog> catalog;
@@ -24,6 +36,8 @@ struct agent_session::rare_members {
     extension_runner extensions;
     tool_runner tools;
     std::optional<std::string> name;
+    std::unique_ptr<telemetry_state> tel;  // with session_options::telemetry only
+    std::unique_ptr<session_usage> usage;  // from the first failed attempt
 };
 
 }  // namespace coagent

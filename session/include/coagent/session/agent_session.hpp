@@ -20,6 +20,7 @@
 #include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
 #include <coagent/session/run_policy.hpp>
+#include <coagent/session/telemetry.hpp>
 #include <coagent/session/tool_runner.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -69,6 +70,8 @@ struct session_options {
     std::string system_prompt;
     std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
+    /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
+    std::shared_ptr<coagent::telemetry> telemetry;
 };
 
 /// The result of a manual compaction.
@@ -227,6 +230,8 @@ class agent_session {
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept { return queue_.size(); }
+    /// Wasted tokens and cost, backoff time, retries by limit (all zero until an attempt failed).
+    const session_usage& usage() const noexcept;
     const std::string& session_id() const noexcept { return history_.session_id(); }
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
@@ -281,6 +286,17 @@ class agent_session {
     void restore_fallback_primary();
     void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
+    // telemetry and usage accounting (a pointer test each when there is no telemetry)
+    struct telemetry_state;
+    std::int64_t tel_now() const;
+    void tel_prompt_start();
+    void tel_prompt_end();
+    void tel_refused(prompt_result::status outcome);
+    void tel_attempt_start(const model_info& m);
+    void tel_attempt_end(const message& reply);
+    void tel_decided(const run_action& a);
+    void tel_retry(const auto_retry_start_event& e);
+    session_usage& usage_mut();
 
     boost::asio::any_io_executor executor_;
     std::shared_ptr<provider> provider_;
