@@ -141,6 +141,12 @@ struct env_guard {
 
 }  // namespace
 
+TEST_CASE("telemetry.traceFile: a string, strictly", "[settings][telemetry]") {
+    auto store = settings_store::defaults();
+    CHECK(store.current().telemetry.trace_file.empty());
+    CHECK(coagent::setting_value(store.current(), "telemetry.traceFile") == json::value(""));
+}
+
 TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     struct expected_key {
         std::string key;
@@ -162,6 +168,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"compaction.keepRecentTokens", "integer", 20000},
         {"provider.connectTimeoutMs", "integer", 10000},
         {"provider.streamIdleTimeoutMs", "integer", 120000},
+        {"telemetry.traceFile", "string", ""},
     };
     const auto schema = coagent::settings_schema();
     REQUIRE(schema.size() == keys.size());

@@ -49,10 +49,15 @@ struct provider_settings {
     std::int64_t stream_idle_timeout_ms = 120000;  // provider.streamIdleTimeoutMs
 };
 
+struct telemetry_settings {
+    std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
+    telemetry_settings telemetry;
 };
 
 }  // namespace coagent
