@@ -183,7 +183,11 @@ void agent_session::switch_provider(std::shared_ptr<provider> p, bool temporary)
 bool agent_session::switch_credential(const std::string& provider_name,
                                       std::optional<std::int64_t> hint_ms) {
     const auto auth = rare_ && rare_->auth ? rare_->auth : provider_->credentials();
-    return auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), hint_ms);
+    const bool switched =
+        auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), hint_ms);
+    if (rare_ && rare_->tel)
+        rare_->tel->sink->credential_switch(tel_now(), provider_name, switched);
+    return switched;
 }
 
 std::optional<retry_fallback_applied_event> agent_session::switch_model(
@@ -200,7 +204,10 @@ std::optional<retry_fallback_applied_event> agent_session::switch_model(
     };
     auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), hint_ms, now_ms(),
                                              config_.retry, usable);
-    if (applied) switch_provider(std::move(next), true);
+    if (applied) {
+        switch_provider(std::move(next), true);
+        if (rare_->tel) rare_->tel->sink->fallback(tel_now(), applied->from, applied->to);
+    }
     return applied;
 }
 void agent_session::restore_fallback_primary() {
@@ -283,13 +290,12 @@ void agent_session::abort() {
 
 const session_usage& agent_session::usage() const noexcept {
     static const session_usage none;
-    return rare_ && rare_->usage ? *rare_->usage : none;
+    return usage_ ? *usage_ : none;
 }
 
 session_usage& agent_session::usage_mut() {
-    auto& r = rare();
-    if (!r.usage) r.usage = std::make_unique<session_usage>();
-    return *r.usage;
+    if (!usage_) usage_ = std::make_unique<session_usage>();
+    return *usage_;
 }
 
 std::int64_t agent_session::tel_now() const {
@@ -323,16 +329,18 @@ void agent_session::tel_refused(prompt_result::status outcome) {
 void agent_session::tel_attempt_start(const model_info& m) {
     if (!rare_ || !rare_->tel) return;
     auto& t = *rare_->tel;
-    t.model = {m.provider, m.id};
+    if (t.provider != m.provider) t.provider = m.provider;
+    if (t.model != m.id) t.model = m.id;
     const std::int64_t now = tel_now();
+    const telemetry_model model{t.provider, t.model};
     if (!t.chat_open) {
         t.chat_open = true;
         t.attempts = 0;
         t.chat_start = now;
-        t.sink->chat_start(now, t.model);
+        t.sink->chat_start(now, model);
     }
     t.attempt_start = now;
-    t.sink->attempt_start(now, t.model, t.attempts);
+    t.sink->attempt_start(now, model, t.attempts);
 }
 
 void agent_session::tel_attempt_end(const message& reply) {
@@ -352,29 +360,37 @@ void agent_session::tel_attempt_end(const message& reply) {
     }
     if (!rare_ || !rare_->tel) return;
     auto& t = *rare_->tel;
-    telemetry_attempt a;
-    a.model = t.model;
-    a.start_ns = t.attempt_start;
-    a.resend_count = t.attempts++;
-    a.usage = reply.usage;
-    a.wasted = failed;
-    if (!failed) {
-        a.result = "ok";
-    } else if (reply.stop == stop_reason::aborted) {
-        a.result = "aborted";
+    const std::int64_t now = tel_now();
+    if (failed) {  // a failed reply ends its run: tel_classified() reports it
+        t.end_pending = true;
+        t.pending_end = now;
+        t.pending_usage = reply.usage;
+        return;
+    }
+    const telemetry_model model{t.provider, t.model};
+    t.last_result = "ok";
+    t.sink->attempt_end(now, {model, t.attempt_start, t.attempts++, "ok", reply.usage, false});
+    t.chat_open = false;
+    t.sink->chat_end(now, {model, t.chat_start, true, {}, t.attempts});
+}
+
+void agent_session::tel_classified(const message& last, const classification& c) {
+    if (!rare_ || !rare_->tel || !rare_->tel->end_pending) return;
+    auto& t = *rare_->tel;
+    t.end_pending = false;
+    if (last.stop == stop_reason::aborted) {
+        t.last_result = "aborted";
         t.rule = "none";
     } else {
-        const classification c = classify(reply, provider_->model(), now_ms());
-        a.result = c.limit != limit_kind::none ? std::string(to_string(c.limit)) : "other";
+        t.last_result = c.limit != limit_kind::none ? to_string(c.limit) : "other";
         t.rule = c.rule;
     }
-    t.last_result = a.result;
-    const std::int64_t now = tel_now();
-    t.sink->attempt_end(now, a);
-    if (!failed) {
-        t.chat_open = false;
-        t.sink->chat_end(now, {t.model, t.chat_start, true, {}, t.attempts});
-    }
+    t.sink->attempt_end(t.pending_end, {{t.provider, t.model},
+                                        t.attempt_start,
+                                        t.attempts++,
+                                        t.last_result,
+                                        t.pending_usage,
+                                        true});
 }
 
 void agent_session::tel_decided(const run_action& a) {
@@ -390,16 +406,17 @@ void agent_session::tel_decided(const run_action& a) {
     }
     auto& t = *rare_->tel;
     t.chat_open = false;
-    t.sink->chat_end(tel_now(), {t.model, t.chat_start, false, t.last_result, t.attempts});
+    t.sink->chat_end(tel_now(),
+                     {{t.provider, t.model}, t.chat_start, false, t.last_result, t.attempts});
 }
 
 void agent_session::tel_retry(const auto_retry_start_event& e) {
     session_usage& u = usage_mut();
     ++u.retries;
     ++u.retries_by_limit[static_cast<std::size_t>(e.limit)];
-    if (!rare_->tel) return;
+    if (!rare_ || !rare_->tel) return;
     auto& t = *rare_->tel;
-    t.sink->retry(tel_now(), {t.model, e.attempt, e.delay_ms, t.rule, e.limit});
+    t.sink->retry(tel_now(), {{t.provider, t.model}, e.attempt, e.delay_ms, t.rule, e.limit});
 }
 
 // ---- the prompt -------------------------------------------------------------------------
@@ -474,6 +491,7 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     in.cls = classify(*in.last, m, now_ms());
                     in.over_threshold = over_threshold(*in.last, m, config_.compaction);
                 }
+                if (in.last) tel_classified(*in.last, in.cls);
                 st.limit_provider = in.last ? in.last->provider : std::string();
                 in.abort_requested = abort_.requested();
                 in.has_queued = has_queued();
@@ -482,22 +500,15 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 tel_decided(a);
                 break;
             }
-            case run_action::kind::switch_credential: {
-                const bool switched = switch_credential(st.limit_provider, a.retry_hint_ms);
-                if (rare_ && rare_->tel)
-                    rare_->tel->sink->credential_switch(tel_now(), st.limit_provider, switched);
-                a = policy_.on_credential_switch(switched, config_, out);
+            case run_action::kind::switch_credential:
+                a = policy_.on_credential_switch(
+                    switch_credential(st.limit_provider, a.retry_hint_ms), config_, out);
                 tel_decided(a);
                 break;
-            }
-            case run_action::kind::switch_model: {
-                auto applied = switch_model(a.retry_hint_ms);
-                if (applied && rare_ && rare_->tel)
-                    rare_->tel->sink->fallback(tel_now(), applied->from, applied->to);
-                a = policy_.on_model_switch(std::move(applied), config_, out);
+            case run_action::kind::switch_model:
+                a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, out);
                 tel_decided(a);
                 break;
-            }
             case run_action::kind::wait: {
                 if (a.drop_failed_reply) drop_trailing_failed_assistant();
                 const std::int64_t wait_from = tel_now();

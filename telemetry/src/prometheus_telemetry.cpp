@@ -7,6 +7,12 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <initializer_list>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
 namespace coagent {
 
 namespace {
@@ -33,6 +39,38 @@ std::string_view outcome_label(prompt_result::status s) noexcept {
     return "failed";
 }
 
+// A family's metrics by label values, found without building a prometheus::Labels (a map of
+// strings) and without the family's own hashing of it: one key string per thread, reused.
+template <typename Metric>
+class cached {
+  public:
+    cached(Family<Metric>& f, std::vector<std::string> names)
+        : family_(f), names_(std::move(names)) {}
+
+    Metric& get(std::initializer_list<std::string_view> values) {
+        thread_local std::string key;
+        key.clear();
+        for (const auto v : values) {
+            key.append(v);
+            key.push_back('\x1f');
+        }
+        std::lock_guard lock(mutex_);
+        if (const auto it = metrics_.find(key); it != metrics_.end()) return *it->second;
+        prometheus::Labels labels;
+        std::size_t i = 0;
+        for (const auto v : values) labels.emplace(names_[i++], std::string(v));
+        Metric& m = family_.Add(labels);
+        metrics_.emplace(key, &m);
+        return m;
+    }
+
+  private:
+    Family<Metric>& family_;
+    std::vector<std::string> names_;
+    std::mutex mutex_;
+    std::unordered_map<std::string, Metric*> metrics_;
+};
+
 }  // namespace
 
 struct prometheus_telemetry::families {
@@ -56,6 +94,15 @@ struct prometheus_telemetry::families {
     Histogram& attempts_per_chat_h;
     Gauge& in_backoff_g;
     Gauge& parked_g;
+    cached<Counter> prompts_c{prompts, {"outcome"}};
+    cached<Counter> chats_c{chats, {"provider", "model", "outcome"}};
+    cached<Counter> attempts_c{attempts, {"provider", "model", "result"}};
+    cached<Counter> retries_c{retries, {"provider", "model", "limit"}};
+    cached<Counter> credential_switches_c{credential_switches, {"provider"}};
+    cached<Counter> fallbacks_c{fallbacks, {"from", "to"}};
+    cached<Counter> budget_refusals_c{budget_refusals, {"provider"}};
+    cached<Counter> tokens_c{tokens, {"provider", "model", "type", "use"}};
+    cached<Counter> cost_c{cost, {"provider", "model", "use"}};
 
     explicit families(std::shared_ptr<prometheus::Registry> r)
         : reg(std::move(r)),
@@ -146,47 +193,36 @@ void prometheus_telemetry::set_sessions_parked(double n) {
 }
 
 void prometheus_telemetry::budget_refusal(std::string_view provider) {
-    f_->budget_refusals.Add({{"provider", std::string(provider)}}).Increment();
+    f_->budget_refusals_c.get({provider}).Increment();
 }
 
 void prometheus_telemetry::prompt_end(std::int64_t, prompt_result::status outcome) {
-    f_->prompts.Add({{"outcome", std::string(outcome_label(outcome))}}).Increment();
+    f_->prompts_c.get({outcome_label(outcome)}).Increment();
 }
 
 void prometheus_telemetry::chat_end(std::int64_t t_ns, const telemetry_chat& c) {
-    f_->chats
-        .Add({{"provider", c.model.provider},
-              {"model", c.model.model},
-              {"outcome", c.ok ? "ok" : "error"}})
-        .Increment();
+    f_->chats_c.get({c.model.provider, c.model.model, c.ok ? "ok" : "error"}).Increment();
     f_->chat_duration_h.Observe(static_cast<double>(t_ns - c.start_ns) / 1e9);
     f_->attempts_per_chat_h.Observe(c.attempts);
 }
 
 void prometheus_telemetry::attempt_end(std::int64_t, const telemetry_attempt& a) {
-    const std::string& p = a.model.provider;
-    const std::string& m = a.model.model;
-    f_->attempts.Add({{"provider", p}, {"model", m}, {"result", a.result}}).Increment();
-    const char* use = a.wasted ? "wasted" : "useful";
-    const auto add_tokens = [&](const char* type, std::int64_t n) {
-        if (n <= 0) return;
-        f_->tokens.Add({{"provider", p}, {"model", m}, {"type", type}, {"use", use}})
-            .Increment(static_cast<double>(n));
+    const std::string_view p = a.model.provider;
+    const std::string_view m = a.model.model;
+    f_->attempts_c.get({p, m, a.result}).Increment();
+    const std::string_view use = a.wasted ? "wasted" : "useful";
+    const auto add_tokens = [&](std::string_view type, std::int64_t n) {
+        if (n > 0) f_->tokens_c.get({p, m, type, use}).Increment(static_cast<double>(n));
     };
     add_tokens("input", a.usage.input);
     add_tokens("output", a.usage.output);
     add_tokens("cacheRead", a.usage.cache_read);
     add_tokens("cacheWrite", a.usage.cache_write);
-    if (a.usage.cost.total > 0)
-        f_->cost.Add({{"provider", p}, {"model", m}, {"use", use}}).Increment(a.usage.cost.total);
+    if (a.usage.cost.total > 0) f_->cost_c.get({p, m, use}).Increment(a.usage.cost.total);
 }
 
 void prometheus_telemetry::retry(std::int64_t, const telemetry_retry& r) {
-    f_->retries
-        .Add({{"provider", r.model.provider},
-              {"model", r.model.model},
-              {"limit", std::string(to_string(r.limit))}})
-        .Increment();
+    f_->retries_c.get({r.model.provider, r.model.model, to_string(r.limit)}).Increment();
 }
 
 void prometheus_telemetry::backoff_start(std::int64_t) {
@@ -200,11 +236,11 @@ void prometheus_telemetry::backoff_end(std::int64_t, std::int64_t elapsed_ms) {
 
 void prometheus_telemetry::credential_switch(std::int64_t, std::string_view provider,
                                              bool switched) {
-    if (switched) f_->credential_switches.Add({{"provider", std::string(provider)}}).Increment();
+    if (switched) f_->credential_switches_c.get({provider}).Increment();
 }
 
 void prometheus_telemetry::fallback(std::int64_t, std::string_view from, std::string_view to) {
-    f_->fallbacks.Add({{"from", std::string(from)}, {"to", std::string(to)}}).Increment();
+    f_->fallbacks_c.get({from, to}).Increment();
 }
 
 }  // namespace coagent

@@ -125,17 +125,17 @@ void span_telemetry::chat_start(std::int64_t, const telemetry_model&) {
 void span_telemetry::chat_end(std::int64_t t_ns, const telemetry_chat& c) {
     json::object a;
     a["gen_ai.operation.name"] = "chat";
-    a["gen_ai.provider.name"] = c.model.provider;
-    a["gen_ai.request.model"] = c.model.model;
-    if (!c.ok) a["error.type"] = c.error_type;
+    a["gen_ai.provider.name"] = std::string(c.model.provider);
+    a["gen_ai.request.model"] = std::string(c.model.model);
+    if (!c.ok) a["error.type"] = std::string(c.error_type);
     a["coagent.retry.attempt"] = st_->retries;
     if (st_->retries > 0) {
         a["coagent.retry.delay_ms"] = st_->delay_ms;
         a["coagent.retry.rule"] = st_->last_rule;
         a["coagent.retry.limit"] = st_->last_limit;
     }
-    write(*out_, "chat " + c.model.model, st_->chat_trace, st_->chat_span, st_->chat_parent,
-          c.start_ns, t_ns, c.ok, std::move(a));
+    write(*out_, "chat " + std::string(c.model.model), st_->chat_trace, st_->chat_span,
+          st_->chat_parent, c.start_ns, t_ns, c.ok, std::move(a));
 }
 
 void span_telemetry::attempt_start(std::int64_t, const telemetry_model&, int) {
@@ -144,13 +144,13 @@ void span_telemetry::attempt_start(std::int64_t, const telemetry_model&, int) {
 
 void span_telemetry::attempt_end(std::int64_t t_ns, const telemetry_attempt& at) {
     json::object a;
-    a["gen_ai.provider.name"] = at.model.provider;
-    a["gen_ai.request.model"] = at.model.model;
+    a["gen_ai.provider.name"] = std::string(at.model.provider);
+    a["gen_ai.request.model"] = std::string(at.model.model);
     a["http.request.resend_count"] = at.resend_count;
     a["gen_ai.usage.input_tokens"] = at.usage.input;
     a["gen_ai.usage.output_tokens"] = at.usage.output;
     if (at.wasted) {
-        a["error.type"] = at.result;
+        a["error.type"] = std::string(at.result);
         a["coagent.tokens.wasted"] =
             at.usage.input + at.usage.output + at.usage.cache_read + at.usage.cache_write;
     }
@@ -161,7 +161,7 @@ void span_telemetry::attempt_end(std::int64_t t_ns, const telemetry_attempt& at)
 void span_telemetry::retry(std::int64_t, const telemetry_retry& r) {
     st_->retries = r.attempt;
     st_->delay_ms += r.delay_ms;
-    st_->last_rule = r.rule;
+    st_->last_rule = std::string(r.rule);
     st_->last_limit = std::string(to_string(r.limit));
 }
 

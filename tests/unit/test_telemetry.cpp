@@ -39,7 +39,8 @@ class recorder final : public telemetry {
         add(t, fmt::format("chat_start {}/{}", m.provider, m.model));
     }
     void chat_end(std::int64_t t, const telemetry_chat& c) override {
-        add(t, fmt::format("chat_end {} attempts={}", c.ok ? "ok" : "error:" + c.error_type,
+        add(t, fmt::format("chat_end {} attempts={}",
+                           c.ok ? std::string("ok") : "error:" + std::string(c.error_type),
                            c.attempts));
     }
     void attempt_start(std::int64_t t, const telemetry_model&, int n) override {

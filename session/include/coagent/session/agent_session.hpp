@@ -294,6 +294,7 @@ class agent_session {
     void tel_refused(prompt_result::status outcome);
     void tel_attempt_start(const model_info& m);
     void tel_attempt_end(const message& reply);
+    void tel_classified(const message& last, const classification& c);
     void tel_decided(const run_action& a);
     void tel_retry(const auto_retry_start_event& e);
     session_usage& usage_mut();
@@ -308,6 +309,9 @@ class agent_session {
     run_policy policy_;  // every decision at the end of a run
     std::unique_ptr<model_fallback>
         fallback_;              // created on first use: a parked session stays small
+    // the usage accounting, from the first failed attempt (not in rare_: a session parked in
+    // backoff would pay for all of rare_members)
+    std::unique_ptr<session_usage> usage_;
     cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
     prompt_result last_result_;

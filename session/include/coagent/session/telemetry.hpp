@@ -11,7 +11,8 @@
 //             the chat, from 0
 //
 // Times are nanoseconds: since the Unix epoch on the steady clock, since manual_clock's zero on
-// the manual clock (tests). Every call comes from the session's executor.
+// the manual clock (tests). Every call comes from the session's executor. The records' strings are
+// views, valid during the call only: copy what you keep.
 
 #include <coagent/runtime/limit.hpp>
 #include <coagent/runtime/message.hpp>
@@ -26,8 +27,8 @@ namespace coagent {
 
 /// gen_ai.provider.name / gen_ai.request.model of a chat or attempt.
 struct telemetry_model {
-    std::string provider;
-    std::string model;
+    std::string_view provider;
+    std::string_view model;
 };
 
 /// The end of one attempt.
@@ -37,7 +38,7 @@ struct telemetry_attempt {
     int resend_count = 0;  ///< http.request.resend_count
     /// "ok", "aborted", the `limit` of the error (rate, quota, billing, capacity, server,
     /// transport) or "other" (not retryable, overflow)
-    std::string result;
+    std::string_view result;
     token_usage usage;    ///< gen_ai.usage.*; its cost too
     bool wasted = false;  ///< the attempt failed: its tokens and cost are coagent.tokens.wasted
 };
@@ -47,8 +48,8 @@ struct telemetry_chat {
     telemetry_model model;
     std::int64_t start_ns = 0;  ///< when its first attempt started
     bool ok = false;
-    std::string error_type;  ///< error.type when !ok: the last attempt's result
-    int attempts = 0;        ///< attempts made in the chat (>= 1)
+    std::string_view error_type;  ///< error.type when !ok: the last attempt's result
+    int attempts = 0;             ///< attempts made in the chat (>= 1)
 };
 
 /// A retry decided (auto_retry_start).
@@ -56,7 +57,7 @@ struct telemetry_retry {
     telemetry_model model;
     int attempt = 0;            ///< coagent.retry.attempt (1 for the first retry)
     std::int64_t delay_ms = 0;  ///< coagent.retry.delay_ms
-    std::string rule;           ///< coagent.retry.rule: the classification rule that decided
+    std::string_view rule;      ///< coagent.retry.rule: the classification rule that decided
     limit_kind limit = limit_kind::none;  ///< coagent.retry.limit
 };
 
