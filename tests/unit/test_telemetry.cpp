@@ -213,3 +213,16 @@ TEST_CASE("telemetry: none attached, the usage accounting still counts", "[telem
     CHECK(h.session->usage().wasted.input == 14);
     CHECK(h.session->usage().backoff_ms == 6000);
 }
+
+TEST_CASE("telemetry: a manual compaction with nothing to compact is reported failed",
+          "[telemetry]") {
+    observed o(R"([{"text":"ok"}])");
+    std::optional<compact_result> r;
+    asio::co_spawn(o.h.io, o.h.session->compact(), [&r](std::exception_ptr e, compact_result c) {
+        if (!e) r = std::move(c);
+    });
+    o.h.run_ready();
+    REQUIRE(r.has_value());
+    CHECK_FALSE(r->ok);
+    CHECK(o.rec->lines == strings{"0 compaction manual false"});
+}
