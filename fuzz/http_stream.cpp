@@ -3,7 +3,9 @@
 // and the same bytes as an error body, as response headers (retry hints) and as an HTTP-date.
 // Invariants: a decoder ends in done or error; an error has a text and stopReason "error"; a
 // done reply has a success stop reason; the message serialises to strict JSON that reads back
-// (what the session file and RPC write); retry hints are positive.
+// (what the session file and RPC write); retry hints are positive. The reply budget (issue 16):
+// decoded again under a small limit, what the reply holds (text, tool-call names and ids, 256
+// bytes a block) never exceeds it, names stay within 256 bytes and ids within 512.
 
 #include "fuzz_support.hpp"
 #include "known_bugs.hpp"
@@ -28,11 +30,12 @@ struct counting_observer final : stream_observer {
     void on_text_delta(const message&, std::string_view d) override { delta_bytes += d.size(); }
 };
 
-void decode(std::string_view body, hp::api_kind api) {
+void decode(std::string_view body, hp::api_kind api, std::size_t max_reply) {
     message out;
     out.role = message_role::assistant;
     counting_observer obs;
     auto decoder = hp::stream_decoder::make(api);
+    decoder->set_max_reply_bytes(max_reply);
     sse_parser sse(1 << 16);
     std::size_t pos = 0;
     bool known_bug = false;
@@ -52,6 +55,20 @@ void decode(std::string_view body, hp::api_kind api) {
     sse.finish();
     decoder->on_end(out);
     FUZZ_CHECK(decoder->status() != hp::stream_decoder::state::streaming);
+    // the budget: everything held counts, and never more than the limit
+    std::size_t held = 0;
+    for (const auto& b : out.content) {
+        held += hp::reply_budget::block_bytes;
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            held += t->text.size();
+        } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
+            FUZZ_CHECK(c->name.size() <= hp::reply_budget::max_tool_name_bytes);
+            FUZZ_CHECK(c->id.size() <= hp::reply_budget::max_tool_id_bytes);
+            held += c->name.size() + c->id.size();
+        }
+    }
+    FUZZ_CHECK(held <= decoder->reply_bytes());
+    FUZZ_CHECK(decoder->reply_bytes() <= max_reply);
     if (decoder->status() == hp::stream_decoder::state::error) {
         FUZZ_CHECK(out.stop == stop_reason::error);
         FUZZ_CHECK(out.error_message && !out.error_message->empty());
@@ -75,8 +92,10 @@ void decode(std::string_view body, hp::api_kind api) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string_view text = fuzz::as_text(data, size);
-    decode(text, hp::api_kind::openai_completions);
-    decode(text, hp::api_kind::anthropic_messages);
+    for (const std::size_t max_reply : {hp::default_max_reply_bytes, std::size_t{1024}}) {
+        decode(text, hp::api_kind::openai_completions, max_reply);
+        decode(text, hp::api_kind::anthropic_messages, max_reply);
+    }
 
     // an error body
     for (int status : {400, 429, 503}) {

@@ -2,7 +2,8 @@
 // then one more entry appended to it and the file loaded again.
 // Invariants: a file that is not a session file is a runtime_error naming it; a loaded one
 // rebuilds its context without failing, takes an append (after a torn tail too), and loads
-// again with exactly one more entry, the new one last.
+// again with exactly one more entry, the new one last. Each message cut to fit a short line
+// (fit_message, issue 16) fits it, or keeps only the marker when its other fields alone do not.
 
 #include "fuzz_support.hpp"
 #include "known_bugs.hpp"
@@ -42,6 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto msgs = h.messages();
         FUZZ_CHECK(msgs.size() <= entries);
         for (const auto& m : ctx) FUZZ_CHECK(m != nullptr);
+        for (const auto& m : msgs) {
+            const message cut = fit_message(*m, 300);
+            std::string line;
+            append_json(line, cut);
+            FUZZ_CHECK(line.size() <= 300 ||
+                       (cut.content.size() == 1 &&
+                        std::get<text_block>(cut.content[0]).text.ends_with(" bytes not stored]")));
+        }
         for (const auto& w : l->warnings) FUZZ_CHECK(w.starts_with(file.string()));
         auto m = std::make_shared<message>(make_user_message("appended by the fuzzer"));
         FUZZ_CHECK(!h.append_message(m));

@@ -7,6 +7,7 @@
 #include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/models_config.hpp>
 #include <coagent/runtime/json_input.hpp>
+#include <coagent/session/history.hpp>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -179,10 +180,10 @@ std::optional<fs::path> latest_session_file(const fs::path& dir, const std::stri
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
         if (!entry.is_regular_file() || entry.path().extension() != ".jsonl") continue;
         std::ifstream in(entry.path());
-        std::string first;
-        if (!std::getline(in, first)) continue;
+        const auto first = read_first_line(in, session_header_max_bytes);  // bounded
+        if (!first) continue;
         boost::system::error_code jec;
-        auto v = boost::json::parse(first, jec);
+        auto v = boost::json::parse(*first, jec);
         if (jec || !v.is_object()) continue;
         const auto* c = v.as_object().if_contains("cwd");
         if (!c || !c->is_string() || c->get_string() != cwd) continue;

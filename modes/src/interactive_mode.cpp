@@ -540,7 +540,7 @@ class interactive_ui {
             case tui_command::kind::submit: {
                 editor_.remember(to_u32(c.text));
                 editor_.clear();
-                launch_prompt(c.text);
+                launch_prompt(c.text, c.join);
                 return;
             }
             case tui_command::kind::exit:
@@ -576,22 +576,27 @@ class interactive_ui {
 
     // ---- the session -----------------------------------------------------------------------
 
-    void launch_prompt(std::string text) {
+    void launch_prompt(std::string text, bool join = false) {
         ++tasks_;
-        asio::co_spawn(io_, run_prompt(text), [this, text](std::exception_ptr e, prompt_result r) {
-            --tasks_;
-            if (e) {
-                log_exception("running a prompt", e);
-            } else {
-                ctl_.on_prompt_done(text, r);
-                schedule_render();
-            }
-            maybe_finish();
-        });
+        asio::co_spawn(io_, run_prompt(text, join),
+                       [this, text](std::exception_ptr e, prompt_result r) {
+                           --tasks_;
+                           if (e) {
+                               log_exception("running a prompt", e);
+                           } else {
+                               ctl_.on_prompt_done(text, r);
+                               schedule_render();
+                           }
+                           maybe_finish();
+                       });
     }
 
-    asio::awaitable<prompt_result> run_prompt(std::string text) {
+    asio::awaitable<prompt_result> run_prompt(std::string text, bool join) {
         if (exiting_) co_return prompt_result{};
+        // during a backoff the message joins the chain and the retry starts now (no streaming
+        // behaviour); should the wait have ended meanwhile, it runs as a follow-up instead
+        if (join && session_->can_join_backoff())
+            co_return co_await session_->prompt(std::move(text), streaming_behavior::none);
         // follow_up: when the session is busy (streaming or in a retry backoff) the message
         // runs after the current turn; when idle it runs at once
         prompt_result r = co_await session_->prompt(std::move(text), streaming_behavior::follow_up);

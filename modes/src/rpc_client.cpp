@@ -3,6 +3,8 @@
 
 #include "rpc_child.hpp"
 
+#include <coagent/runtime/latch.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -21,38 +23,23 @@ using std::chrono::milliseconds;
 
 namespace {
 
-/// A latch with a deadline: complete() sets `done` and cancels the timer; the waiting
-/// coroutine checks `done` first (a cancel after the deadline fired is a no-op).
+/// What a request, start(), stop() or wait_for_settled() waits on: a latch (with the wait's
+/// deadline) and what completed it.
 struct waiter {
-    explicit waiter(const asio::any_io_executor& ex) : timer(ex) {}
-    asio::steady_timer timer;
-    bool done = false;
+    explicit waiter(const asio::any_io_executor& ex) : wake(ex) {}
+    latch wake;
     std::optional<json::object> response;
     std::optional<rpc_error> error;
     std::uint64_t target = 0;  // wait_for_settled: the settled count that completes it
 
-    void complete() {
-        if (done) return;
-        done = true;
-        timer.cancel();
-    }
+    bool done() const noexcept { return wake.woken(); }
+    void complete() noexcept { wake.wake(); }
     void fail(const rpc_error& e) {
-        if (done) return;
+        if (done()) return;
         error = e;
         complete();
     }
 };
-
-/// Waits until `w` completes (returns false) or the timeout passes (returns true). A
-/// cancellation of the calling coroutine throws system_error(operation_aborted).
-asio::awaitable<bool> await_waiter(std::shared_ptr<waiter> w, milliseconds timeout) {
-    if (w->done) co_return false;
-    w->timer.expires_after(timeout);
-    auto [ec] = co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (w->done) co_return false;
-    if (!ec) co_return true;
-    throw boost::system::system_error(ec);
-}
 
 std::string excerpt(std::string_view s, std::size_t n = 200) {
     if (s.size() <= n) return std::string(s);
@@ -79,14 +66,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     std::uint64_t settled_seen = 0;
     std::optional<std::uint64_t> settle_mark;  // settled_seen when the last prompt was sent
 
-    struct listener_entry {
-        std::uint64_t id;
-        event_listener fn;
-    };
-    std::vector<listener_entry> listeners;
-    std::uint64_t next_listener = 1;
-    int dispatch_depth = 0;
-    bool listeners_dirty = false;
+    listener_list<const json::object&> listeners;
 
     bool spawned() const noexcept { return child && child->spawned(); }
     std::optional<int> status() const noexcept { return child ? child->status() : std::nullopt; }
@@ -175,31 +155,11 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
             ++settled_seen;
             for (auto& w : settle_waiters)
                 if (settled_seen >= w->target) w->complete();
-            std::erase_if(settle_waiters, [](const auto& w) { return w->done; });
+            std::erase_if(settle_waiters, [](const auto& w) { return w->done(); });
         }
     }
 
-    void dispatch(const json::object& o) {
-        ++dispatch_depth;
-        for (std::size_t i = 0; i < listeners.size(); ++i)  // a listener may add one
-            if (listeners[i].fn) listeners[i].fn(o);
-        if (--dispatch_depth == 0 && listeners_dirty) {
-            std::erase_if(listeners, [](const listener_entry& e) { return !e.fn; });
-            listeners_dirty = false;
-        }
-    }
-
-    void unsubscribe(std::uint64_t id) noexcept {
-        for (auto& e : listeners)
-            if (e.id == id) {
-                e.fn = nullptr;
-                listeners_dirty = true;
-            }
-        if (dispatch_depth == 0 && listeners_dirty) {
-            std::erase_if(listeners, [](const listener_entry& e) { return !e.fn; });
-            listeners_dirty = false;
-        }
-    }
+    void dispatch(const json::object& o) { listeners.dispatch(o); }
 
     // ---- the end ------------------------------------------------------------------------
 
@@ -254,7 +214,7 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
         } guard{p.get(), id};
         p->send(rpc::to_line(cmd));
         const milliseconds limit = timeout.value_or(p->opts.request_timeout);
-        const bool timed_out = co_await await_waiter(w, limit);
+        const bool timed_out = co_await w->wake.wait_for(limit);
         if (w->error) throw rpc_error(w->error->why(), name, w->error->what());
         if (timed_out)
             throw rpc_error(rpc_error::reason::timeout, name,
@@ -273,23 +233,6 @@ struct rpc_client::impl : std::enable_shared_from_this<impl> {
     }
 };
 
-// ---- subscription -------------------------------------------------------------------------
-
-rpc_client::subscription& rpc_client::subscription::operator=(subscription&& o) noexcept {
-    if (this != &o) {
-        reset();
-        p_ = std::move(o.p_);
-        id_ = o.id_;
-        o.p_.reset();
-    }
-    return *this;
-}
-
-void rpc_client::subscription::reset() noexcept {
-    if (auto p = p_.lock()) p->unsubscribe(id_);
-    p_.reset();
-}
-
 // ---- rpc_client ---------------------------------------------------------------------------
 
 rpc_client::rpc_client(asio::io_context& io, rpc_client_options opts)
@@ -302,7 +245,7 @@ rpc_client::~rpc_client() {
         w->fail(rpc_error(rpc_error::reason::not_running, "stop", "the rpc_client was destroyed"));
     p.exit_waiters.clear();
     if (p.child) p.child->destroy();
-    for (auto& l : p.listeners) l.fn = nullptr;
+    p.listeners.clear();
 }
 
 asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
@@ -317,7 +260,7 @@ asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
     if (p->ready) co_return;
     p->ready_waiter = std::make_shared<waiter>(p->io.get_executor());
     auto w = p->ready_waiter;
-    const bool timed_out = co_await await_waiter(w, p->opts.start_timeout);
+    const bool timed_out = co_await w->wake.wait_for(p->opts.start_timeout);
     p->ready_waiter.reset();
     if (w->error) throw rpc_error(w->error->why(), "start", w->error->what());
     if (timed_out) {
@@ -339,10 +282,10 @@ asio::awaitable<int> rpc_client::stop() {
             rpc_error(rpc_error::reason::not_running, "", "coagent was stopped"));  // closes stdin
         auto w = std::make_shared<waiter>(p->io.get_executor());
         p->exit_waiters.push_back(w);
-        bool timed_out = co_await await_waiter(w, p->opts.stop_timeout);
+        bool timed_out = co_await w->wake.wait_for(p->opts.stop_timeout);
         if (timed_out) {
             p->kill_now();
-            timed_out = co_await await_waiter(w, p->opts.stop_timeout);
+            timed_out = co_await w->wake.wait_for(p->opts.stop_timeout);
             if (timed_out)
                 throw rpc_error(rpc_error::reason::timeout, "stop",
                                 "coagent did not exit after SIGKILL");
@@ -357,9 +300,8 @@ void rpc_client::kill() noexcept {
 }
 
 rpc_client::subscription rpc_client::on_event(event_listener listener) {
-    const auto id = impl_->next_listener++;
-    impl_->listeners.push_back({id, std::move(listener)});
-    return subscription(impl_, id);
+    // guarded: the subscription may outlive the client (it then does nothing)
+    return impl_->listeners.add(std::move(listener), std::weak_ptr<void>(impl_));
 }
 
 asio::awaitable<json::value> rpc_client::request(json::object command,
@@ -516,7 +458,7 @@ asio::awaitable<void> rpc_client::wait_for_settled(std::optional<milliseconds> t
                 std::erase_if(p->settle_waiters, [this](const auto& x) { return x.get() == w; });
             }
         } guard{p.get(), w.get()};
-        timed_out = co_await await_waiter(w, limit);
+        timed_out = co_await w->wake.wait_for(limit);
     }
     if (w->error) throw rpc_error(w->error->why(), "wait_for_settled", w->error->what());
     if (timed_out)

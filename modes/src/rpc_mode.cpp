@@ -1,4 +1,5 @@
 #include <coagent/modes/rpc_mode.hpp>
+#include <coagent/modes/rpc_output_queue.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 #include <coagent/providers/models_config.hpp>
 #include <coagent/runtime/json_input.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
@@ -18,6 +20,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -29,6 +32,23 @@ namespace coagent {
 namespace asio = boost::asio;
 
 namespace {
+
+// The output queue's bounds; COAGENT_RPC_OUTPUT_BOUNDS="<merge>,<pause>" (bytes) is a test aid
+// (docs/rpc.md "Output").
+rpc::output_queue::limits output_limits() {
+    rpc::output_queue::limits l;
+    const char* v = std::getenv("COAGENT_RPC_OUTPUT_BOUNDS");
+    if (!v) return l;
+    char* end = nullptr;
+    const unsigned long long merge = std::strtoull(v, &end, 10);
+    if (end == v || *end != ',') return l;
+    const char* rest = end + 1;
+    const unsigned long long pause = std::strtoull(rest, &end, 10);
+    if (end == rest || *end != '\0') return l;
+    l.merge_above = static_cast<std::size_t>(merge);
+    l.pause_above = static_cast<std::size_t>(pause);
+    return l;
+}
 
 std::string trimmed(std::string_view s) {
     const auto blank = [](char c) {
@@ -178,6 +198,12 @@ class rpc_server {
         std::vector<char> buf(64 * 1024);
         std::vector<rpc::line_reader::item> items;
         for (;;) {
+            while (out_.queue().over_pause() && !shutting_down_ && !out_.stopped()) {
+                // docs/rpc.md "Output": stdin is not read while the output queue is full
+                input_resume_.expires_at(asio::steady_timer::time_point::max());
+                co_await input_resume_.async_wait(asio::as_tuple(asio::use_awaitable));
+            }
+            if (shutting_down_) co_return;
             auto [ec, n] = co_await in_.async_read_some(asio::buffer(buf),
                                                         asio::as_tuple(asio::use_awaitable));
             if (shutting_down_) co_return;  // a signal: the rest of the input is ignored
@@ -230,6 +256,13 @@ class rpc_server {
                 case k::prompt: {
                     const auto b = c.behavior;
                     if (busy() && b == streaming_behavior::none) {
+                        // during a backoff (not while a request streams) the message joins
+                        // the chain and the next attempt goes out at once (issue 26)
+                        if (launching_ == 0 && session_->can_join_backoff()) {
+                            ok(c);  // the response goes out before the message's events
+                            session_->join_backoff(std::move(c.message));
+                            return;
+                        }
                         fail(c, busy_refusal);
                         return;
                     }
@@ -472,14 +505,18 @@ class rpc_server {
     /// An event line, written as text straight into the pending output (no DOM, no copy).
     void write_event(const event& e) {
         if (out_.stopped()) return;
-        append_json(out_.pending(), e);
-        out_.pending().push_back('\n');
+        out_.queue().push_event(e);  // merges message_updates above its bound
         out_.flush();
     }
 
-    void write_line(std::string line) { out_.write(std::move(line)); }
+    void write_line(std::string line) {
+        if (out_.stopped()) return;
+        out_.queue().push_line(line);
+        out_.flush();
+    }
 
     void on_written(boost::system::error_code ec) {
+        if (!out_.queue().over_pause()) input_resume_.cancel();  // backpressure over
         if (ec) {
             log_->error("rpc mode: writing stdout failed: {}; shutting down", ec.message());
             // exit 1: the client lost output (a signal's 130 / 143 stays)
@@ -516,6 +553,7 @@ class rpc_server {
         exit_code_ = code;
         boost::system::error_code ignored;
         in_.close(ignored);
+        input_resume_.cancel();
         if (session_) {
             session_->abort_retry();
             session_->abort();
@@ -542,8 +580,9 @@ class rpc_server {
     std::shared_ptr<spdlog::logger> log_;
     rpc::line_reader reader_;
 
-    detail::line_writer<asio::posix::stream_descriptor> out_{
-        out_fd_, [this](boost::system::error_code ec) { on_written(ec); }};
+    detail::line_writer<asio::posix::stream_descriptor, rpc::output_queue> out_{
+        out_fd_, [this](boost::system::error_code ec) { on_written(ec); }, {}, output_limits()};
+    asio::steady_timer input_resume_{io_};  // backpressure: stdin waits while output is queued
 
     int launching_ = 0;  // prompts accepted whose coroutine has not started yet
     int tasks_ = 0;      // prompt coroutines not finished

@@ -232,8 +232,12 @@ tui_command tui_controller::on_enter(std::string_view input) {
     }
     c.type = tui_command::kind::submit;
     c.text = std::string(input);
-    c.queued = busy_;
-    if (busy_) {
+    // during a backoff a message is a reason to try now: it joins the chain (issue 26)
+    c.join = busy_ && loader_ == loader_kind::retry;
+    c.queued = busy_ && !c.join;
+    if (c.join) {
+        // nothing to queue: the message's own events show it, the retry starts at once
+    } else if (busy_) {
         queued_.push_back(c.text);
     } else {
         busy_ = true;  // a second Enter before the turn starts is queued behind it

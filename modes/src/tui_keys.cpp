@@ -4,6 +4,7 @@
 #include <coagent/modes/tui_text.hpp>
 
 #include <algorithm>
+#include <optional>
 
 namespace coagent::tui {
 
@@ -31,6 +32,17 @@ bool is_up(std::string_view seq) {
 }
 bool is_down(std::string_view seq) {
     return seq == "\x1b[B" || seq == "\x1bOB";
+}
+
+// an escape sequence that is a key: up, down, or one the line editor binds
+std::optional<key_decoder::key::kind> sequence_kind(std::string_view seq) {
+    using kind = key_decoder::key::kind;
+    if (is_up(seq)) return kind::up;
+    if (is_down(seq)) return kind::down;
+    const auto& b = key_decoder::editor_bindings();
+    if (std::any_of(b.begin(), b.end(), [&](const auto& e) { return e.first == seq; }))
+        return kind::editor;
+    return std::nullopt;
 }
 
 std::u32string to_u32(std::string_view ascii) {
@@ -124,17 +136,9 @@ void key_decoder::parse(std::vector<key>& out, bool at_end) {
                     paste_.clear();
                 } else if (seq == "\x1b[13;2u" || seq == "\x1b[27;2;13~") {
                     emit(key::kind::newline);
-                } else if (is_up(seq)) {
-                    emit(key::kind::up, to_u32(seq));
-                } else if (is_down(seq)) {
-                    emit(key::kind::down, to_u32(seq));
-                } else {
-                    const auto& b = editor_bindings();
-                    if (std::any_of(b.begin(), b.end(),
-                                    [&](const auto& e) { return e.first == seq; }))
-                        emit(key::kind::editor, to_u32(seq));
-                    // unknown sequences (F-keys, mouse, focus, …) are dropped, never typed
-                }
+                } else if (const auto k = sequence_kind(seq)) {
+                    emit(*k, to_u32(seq));
+                }  // unknown sequences (F-keys, mouse, focus, …) are dropped, never typed
                 continue;
             }
             if (n == 'O') {
@@ -145,16 +149,7 @@ void key_decoder::parse(std::vector<key>& out, bool at_end) {
                 }
                 const std::string_view seq = rest.substr(0, 3);
                 i += 3;
-                if (is_up(seq)) {
-                    emit(key::kind::up, to_u32(seq));
-                } else if (is_down(seq)) {
-                    emit(key::kind::down, to_u32(seq));
-                } else {
-                    const auto& b = editor_bindings();
-                    if (std::any_of(b.begin(), b.end(),
-                                    [&](const auto& e) { return e.first == seq; }))
-                        emit(key::kind::editor, to_u32(seq));
-                }
+                if (const auto k = sequence_kind(seq)) emit(*k, to_u32(seq));
                 continue;
             }
             if (n == 0x1b) {  // ESC ESC: the first one was pressed alone

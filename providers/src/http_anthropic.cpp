@@ -33,6 +33,7 @@ class anthropic_decoder final : public stream_decoder {
             const auto* bt = b.if_contains("type");
             if (!bt || !bt->is_string()) return;
             if (bt->get_string() == "text") {
+                if (!new_block(out)) return;
                 text_block t;
                 if (const auto* s = b.if_contains("text"); s && s->is_string()) {
                     if (!grow(out, s->get_string().size())) return;
@@ -41,11 +42,14 @@ class anthropic_decoder final : public stream_decoder {
                 out.content.emplace_back(std::move(t));
                 blocks_[idx] = out.content.size() - 1;
             } else if (bt->get_string() == "tool_use") {
+                if (!new_block(out)) return;
                 tool_call_block c;
-                if (const auto* s = b.if_contains("id"); s && s->is_string())
-                    c.id = s->get_string();
-                if (const auto* s = b.if_contains("name"); s && s->is_string())
-                    c.name = s->get_string();
+                if (const auto* s = b.if_contains("id");
+                    s && s->is_string() && !set_tool_field(out, c.id, s->get_string(), "id"))
+                    return;
+                if (const auto* s = b.if_contains("name");
+                    s && s->is_string() && !set_tool_field(out, c.name, s->get_string(), "name"))
+                    return;
                 out.content.emplace_back(std::move(c));
                 blocks_[idx] = out.content.size() - 1;
                 tool_args_[out.content.size() - 1];

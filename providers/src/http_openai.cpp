@@ -52,8 +52,11 @@ class openai_decoder final : public stream_decoder {
             if (const auto* c = delta.if_contains("content");
                 c && c->is_string() && !c->get_string().empty()) {
                 const std::string_view piece = c->get_string();
-                if (out.content.empty() || !std::holds_alternative<text_block>(out.content.back()))
+                if (out.content.empty() ||
+                    !std::holds_alternative<text_block>(out.content.back())) {
+                    if (!new_block(out)) return;
                     out.content.emplace_back(text_block{});
+                }
                 if (!grow(out, piece.size())) return;
                 std::get<text_block>(out.content.back()).text.append(piece);
                 observer.on_text_delta(out, piece);
@@ -65,19 +68,22 @@ class openai_decoder final : public stream_decoder {
                     const std::int64_t idx = int_of(tc.if_contains("index"));
                     auto it = by_index_.find(idx);
                     if (it == by_index_.end()) {
+                        if (!new_block(out)) return;
                         out.content.emplace_back(tool_call_block{});
                         it = by_index_.emplace(idx, out.content.size() - 1).first;
                         tool_args_[it->second];
                     }
                     auto& block = std::get<tool_call_block>(out.content[it->second]);
                     if (const auto* id = tc.if_contains("id");
-                        id && id->is_string() && !id->get_string().empty())
-                        block.id = id->get_string();
+                        id && id->is_string() && !id->get_string().empty() &&
+                        !set_tool_field(out, block.id, id->get_string(), "id"))
+                        return;
                     if (const auto* fn = tc.if_contains("function"); fn && fn->is_object()) {
                         const auto& f = fn->get_object();
                         if (const auto* n = f.if_contains("name");
-                            n && n->is_string() && !n->get_string().empty())
-                            block.name = n->get_string();
+                            n && n->is_string() && !n->get_string().empty() &&
+                            !set_tool_field(out, block.name, n->get_string(), "name"))
+                            return;
                         if (const auto* a = f.if_contains("arguments");
                             a && a->is_string() && !a->get_string().empty()) {
                             if (!grow(out, a->get_string().size())) return;

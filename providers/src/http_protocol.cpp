@@ -79,14 +79,27 @@ const json::object* stream_decoder::parse_event(const sse_event& ev, message& ou
 }
 
 bool stream_decoder::grow(message& out, std::size_t bytes) {
-    if (bytes <= max_reply_bytes_ - std::min(reply_bytes_, max_reply_bytes_)) {
-        reply_bytes_ += bytes;
-        return true;
-    }
-    fail(out, "Reply too large: the provider streamed more than " +
-                  std::to_string(max_reply_bytes_) +
-                  " bytes of text and tool-call arguments (the limit of one reply)");
+    if (budget_.take(bytes)) return true;
+    fail(out, budget_.too_large_text());
     return false;
+}
+
+bool stream_decoder::new_block(message& out) {
+    return grow(out, reply_budget::block_bytes);
+}
+
+bool stream_decoder::set_tool_field(message& out, std::string& field, std::string_view value,
+                                    std::string_view what) {
+    if (auto error = reply_budget::field_error(what, value.size())) {
+        fail(out, std::move(*error));
+        return false;
+    }
+    if (!budget_.replace(field.size(), value.size())) {
+        fail(out, budget_.too_large_text());
+        return false;
+    }
+    field.assign(value);
+    return true;
 }
 
 std::string redact_url(std::string_view url) {

@@ -3,6 +3,7 @@
 // closing the socket. The wire formats live in http_protocol.cpp.
 
 #include <coagent/providers/http_provider.hpp>
+#include <coagent/providers/stream_deadline.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -56,6 +57,7 @@ struct connection {
 struct attempt_state {
     std::shared_ptr<connection> conn;
     std::optional<tcp::resolver> resolver;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     bool aborted = false;
     bool connect_timed_out = false;
     bool finished = false;
@@ -143,10 +145,6 @@ void set_error(message& out, std::string text) {
 void set_aborted(message& out) {
     out.stop = stop_reason::aborted;
     out.error_message = "Request was aborted";
-}
-
-std::string idle_timeout_text(std::int64_t ms) {
-    return "Stream idle timeout: no data for " + std::to_string(ms) + " ms (timed out)";
 }
 
 // Connects a new connection (resolve, TCP, TLS) within connectTimeoutMs. Returns an error text,
@@ -241,8 +239,13 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
                                const std::string& body, const std::string& key, message& out,
                                stream_observer& observer) {
     auto& conn = *st->conn;
-    const auto idle = std::chrono::milliseconds(self->opts.stream_idle_timeout_ms);
     const auto& o = self->opts;
+    // idle timer (restarted by progress, not by SSE comments) and the attempt's deadline
+    stream_deadline deadline(st->started, o.stream_idle_timeout_ms, o.attempt_timeout_ms);
+    deadline.on_progress(std::chrono::steady_clock::now());
+    const auto timeout_text = [&] {
+        return deadline.timeout_text(std::chrono::steady_clock::now());
+    };
 
     http::request<http::string_body> req{http::verb::post, self->target, 11};
     req.set(http::field::host, self->host_header);
@@ -260,13 +263,13 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     req.body() = body;
     req.prepare_payload();
 
-    conn.lowest().expires_after(idle);
+    conn.lowest().expires_at(deadline.expiry());
     {
         auto [ec, n] = co_await http::async_write(stream, req, tuple_awaitable);
         (void)n;
         if (st->aborted) co_return false;
         if (ec == beast::error::timeout) {
-            set_error(out, idle_timeout_text(o.stream_idle_timeout_ms));
+            set_error(out, timeout_text());
             co_return false;
         }
         if (ec) {
@@ -276,17 +279,18 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
         }
     }
 
+    deadline.on_progress(std::chrono::steady_clock::now());  // the request went out
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
-    conn.lowest().expires_after(idle);
+    conn.lowest().expires_at(deadline.expiry());
     {
         auto [ec, n] =
             co_await http::async_read_header(stream, conn.buffer, parser, tuple_awaitable);
         (void)n;
         if (st->aborted) co_return false;
         if (ec == beast::error::timeout) {
-            set_error(out, idle_timeout_text(o.stream_idle_timeout_ms));
+            set_error(out, timeout_text());
             co_return false;
         }
         if (ec) {
@@ -295,6 +299,7 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
             co_return false;
         }
     }
+    deadline.on_progress(std::chrono::steady_clock::now());  // the headers came
     const int status = static_cast<int>(parser.get().result_int());
     const auto headers = headers_of(parser.get().base());
     const std::string content_type = lower(parser.get()[http::field::content_type]);
@@ -311,7 +316,7 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     while (!parser.is_done()) {
         parser.get().body().data = buf.data();
         parser.get().body().size = buf.size();
-        conn.lowest().expires_after(idle);
+        conn.lowest().expires_at(deadline.expiry());
         auto [ec, n] = co_await http::async_read_some(stream, conn.buffer, parser, tuple_awaitable);
         (void)n;
         if (ec == http::error::need_buffer) ec = {};
@@ -319,6 +324,7 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
         if (st->aborted) co_return false;
         if (got > 0) {
             const std::string_view bytes(buf.data(), got);
+            const std::uint64_t progress_before = sse.progress();
             if (streamed) {
                 const auto s = sse.feed(
                     bytes, [&](const sse_event& ev) { decoder->on_event(ev, out, observer); });
@@ -329,12 +335,17 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
                     co_return false;
                 }
                 if (decoder->status() == stream_decoder::state::error) co_return false;
-            } else if (collected.size() < max_error_body) {
+                if (sse.progress() != progress_before)
+                    deadline.on_progress(std::chrono::steady_clock::now());
+            } else {
+                deadline.on_progress(std::chrono::steady_clock::now());
+            }
+            if (!streamed && collected.size() < max_error_body) {
                 collected.append(bytes.substr(0, max_error_body - collected.size()));
             }
         }
         if (ec == beast::error::timeout) {
-            set_error(out, idle_timeout_text(o.stream_idle_timeout_ms));
+            set_error(out, timeout_text());
             co_return false;
         }
         if (ec) {

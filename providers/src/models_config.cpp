@@ -343,6 +343,7 @@ http_provider_options models_config::provider_options(
     o.allow_insecure_http = p.allow_insecure_http;
     o.connect_timeout_ms = limits.connect_timeout_ms;
     o.stream_idle_timeout_ms = limits.stream_idle_timeout_ms;
+    o.attempt_timeout_ms = limits.attempt_timeout_ms;
     return o;
 }
 

@@ -70,6 +70,7 @@ void sse_parser::reset() noexcept {
     bom_seen_ = 0;
     ev_.id.clear();
     events_ = 0;
+    progress_ = 0;
 }
 
 }  // namespace coagent

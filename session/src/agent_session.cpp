@@ -273,6 +273,16 @@ bool agent_session::retry_now() {
     return true;
 }
 
+bool agent_session::join_backoff(std::string text) {
+    if (!busy_ || !policy_.retry_now()) return false;
+    auto m = std::make_shared<message>(make_user_message(std::move(text)));
+    append(m);  // after the failed reply left the context (§3.9): the next request has both
+    emit(message_start_event{m});
+    emit(message_end_event{m});
+    backoff_.cancel();
+    return true;
+}
+
 void agent_session::abort() {
     if (!busy_) return;
     const control_effect e = policy_.abort();
@@ -430,7 +440,8 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text,
 
 void agent_session::cancel_prompt(std::uint64_t id) {
     if (queue_.cancel(id)) return;  // still queued: only this message goes
-    if (busy_ && running_id_ == id) abort();
+    // the running prompt, or one whose message joined its backoff: the chain is aborted
+    if (busy_ && (running_id_ == id || queue_.joined(id))) abort();
 }
 
 namespace {
@@ -446,7 +457,12 @@ prompt_result refused_while_compacting() {
 asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
                                                          streaming_behavior behavior,
                                                          std::uint64_t id) {
-    if (busy_) co_return co_await queue_while_busy(std::move(text), behavior, id);
+    if (busy_) {
+        // a message from the user during a backoff joins the chain and retries now
+        if (behavior == streaming_behavior::none && join_backoff(std::move(text)))
+            co_return co_await wait_for_settle(id);
+        co_return co_await queue_while_busy(std::move(text), behavior, id);
+    }
     if (compacting_) {
         tel_refused(prompt_result::status::refused);
         co_return refused_while_compacting();
@@ -459,54 +475,38 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
     st.id = id;
     tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
-    co_return st.own_result ? std::move(*st.own_result) : last_result_;
+    co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
 
-// Emits the policy's events in the order it decides them.
-class agent_session::policy_events final : public event_sink {
-  public:
-    explicit policy_events(agent_session& s) : s_(s) {}
-    void operator()(event e) override {
-        if (const auto* r = std::get_if<auto_retry_start_event>(&e)) s_.tel_retry(*r);
-        s_.emit(std::move(e));
-    }
-
-  private:
-    agent_session& s_;
-};
+// the run policy's events, in the order it decides them (agent_session is its event_sink: no
+// sink object in any coroutine frame)
+void agent_session::operator()(event e) {
+    if (const auto* r = std::get_if<auto_retry_start_event>(&e)) tel_retry(*r);
+    emit(std::move(e));
+}
 
 asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
-    policy_events out(*this);
+    // the frame of a session parked in a backoff: keep its locals few and small
     for (;;) {
         switch (a.what) {
-            case run_action::kind::run: {
-                run_end in;
-                if (st.summary)
-                    co_await stream_summary(st, in);
-                else
-                    co_await run_agent(std::move(st.pending), in);
-                st.pending = nullptr;
-                if (!st.summary && in.last) {
-                    const model_info m = provider_->model();
-                    in.cls = classify(*in.last, m, now_ms());
-                    in.over_threshold = over_threshold(*in.last, m, config_.compaction);
+            case run_action::kind::run:
+                if (st.summary) {
+                    a = co_await stream_summary(static_cast<summary_state&>(st));
+                } else {
+                    run_outcome out;
+                    co_await run_agent(std::move(st.pending), out);
+                    st.pending = nullptr;
+                    a = end_run(out);
                 }
-                if (in.last) tel_classified(*in.last, in.cls);
-                st.limit_provider = in.last ? in.last->provider : std::string();
-                in.abort_requested = abort_.requested();
-                in.has_queued = has_queued();
-                in.can_fall_back = catalog_ptr() != nullptr;
-                a = policy_.on_run_end(std::move(in), config_, out);
                 tel_decided(a);
                 break;
-            }
             case run_action::kind::switch_credential:
                 a = policy_.on_credential_switch(
-                    switch_credential(st.limit_provider, a.retry_hint_ms), config_, out);
+                    switch_credential(policy_.limit_provider(), a.retry_hint_ms), config_, sink());
                 tel_decided(a);
                 break;
             case run_action::kind::switch_model:
-                a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, out);
+                a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, sink());
                 tel_decided(a);
                 break;
             case run_action::kind::wait: {
@@ -525,7 +525,7 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     usage_mut().backoff_ms += waited;
                 if (rare_ && rare_->tel)
                     rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
-                a = policy_.on_wait_done(elapsed, has_queued(), out);
+                a = policy_.on_wait_done(elapsed, has_queued(), sink());
                 tel_decided(a);
                 break;
             }
@@ -536,33 +536,60 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 break;
             }
             case run_action::kind::run_queued:
-                if (a.has_result) {  // abort() ended the prompt that is over
-                    prompt_result aborted = policy_.result();
-                    if (running_id_ == st.id)
-                        st.own_result = std::move(aborted);
-                    else
-                        queue_.set_result(running_id_, aborted);
-                }
-                if (auto next = queue_.pop_follow_up()) {
-                    st.pending = std::move(next->msg);
-                    running_id_ = next->id;
-                }
-                abort_.reset();  // an abort of the retried stream is not the follow-up's
-                tel_prompt_end();
-                tel_prompt_start();
-                a = policy_.begin_next();
+                a = next_queued(st, a.has_result);
                 break;
             case run_action::kind::settle:
-                if (a.has_result) last_result_ = policy_.result();
-                busy_ = false;
-                tel_prompt_end();
-                queue_.wake_all();  // the prompts queued while busy
-                emit(agent_settled_event{});
+                settle(a.has_result);
                 co_return;
             case run_action::kind::summary_done:
                 co_return;
         }
     }
+}
+
+run_action agent_session::end_run(run_outcome& out) {
+    run_end in;
+    in.added = std::move(out.added);
+    in.last = std::move(out.last);
+    if (in.last) {
+        const model_info m = provider_->model();
+        in.cls = classify(*in.last, m, now_ms());
+        in.over_threshold = over_threshold(*in.last, m, config_.compaction);
+        tel_classified(*in.last, in.cls);
+    }
+    in.abort_requested = abort_.requested();
+    in.has_queued = has_queued();
+    in.can_fall_back = catalog_ptr() != nullptr;
+    return policy_.on_run_end(std::move(in), config_, sink());
+}
+
+run_action agent_session::next_queued(run_state& st, bool prompt_over_aborted) {
+    if (prompt_over_aborted) {  // abort() ended the prompt that is over
+        prompt_result aborted = policy_.result();
+        if (running_id_ == st.id)
+            st.own_result = std::make_unique<prompt_result>(std::move(aborted));
+        else
+            queue_.set_result(running_id_, aborted);
+    }
+    if (auto next = queue_.pop_follow_up()) {
+        st.pending = std::move(next->msg);
+        running_id_ = next->id;
+    }
+    abort_.reset();  // an abort of the retried stream is not the follow-up's
+    tel_prompt_end();
+    tel_prompt_start();
+    return policy_.begin_next();
+}
+
+void agent_session::settle(bool has_result) {
+    if (has_result) {
+        if (!last_result_) last_result_ = std::make_unique<prompt_result>();
+        *last_result_ = policy_.result();
+    }
+    busy_ = false;
+    tel_prompt_end();
+    queue_.wake_all();  // the prompts queued while busy
+    emit(agent_settled_event{});
 }
 
 asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
@@ -601,7 +628,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         if (!cancelled)
             co_return own_result ? std::move(*own_result)
             : st.own_result      ? std::move(*st.own_result)
-                                 : last_result_;
+                                 : last_result();
     }
     if (cancelled) {
         tel_refused(prompt_result::status::aborted);
@@ -609,7 +636,18 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         r.error = "Cancelled before it ran";
         co_return r;
     }
-    co_return own_result ? std::move(*own_result) : last_result_;
+    co_return own_result ? std::move(*own_result) : last_result();
+}
+
+asio::awaitable<prompt_result> agent_session::wait_for_settle(std::uint64_t id) {
+    latch wake(executor_);
+    bool cancelled = false;  // never set: no queued message of its own
+    bool run_now = false;    // never set: a backoff is not a manual compaction
+    std::optional<prompt_result> own_result;
+    queue_.park({id, &wake, &cancelled, &own_result, &run_now, true});
+    co_await wake.wait();
+    queue_.unpark(&wake);
+    co_return own_result ? std::move(*own_result) : last_result();
 }
 
 asio::awaitable<bool> agent_session::post_continue() {
@@ -626,7 +664,7 @@ class null_observer final : public stream_observer {
 }  // namespace
 
 asio::awaitable<message_ptr> agent_session::request_summary(provider_request req) {
-    run_state st;
+    summary_state st;
     st.summary = true;
     st.request = &req;
     co_await perform(policy_.begin_summary(), st);
@@ -635,7 +673,7 @@ asio::awaitable<message_ptr> agent_session::request_summary(provider_request req
     co_return std::move(st.reply);
 }
 
-asio::awaitable<void> agent_session::stream_summary(run_state& st, run_end& out) {
+asio::awaitable<run_action> agent_session::stream_summary(summary_state& st) {
     null_observer quiet;
     const std::shared_ptr<provider> p = provider_;  // a fallback may switch it
     const model_info model = p->model();
@@ -656,14 +694,18 @@ asio::awaitable<void> agent_session::stream_summary(run_state& st, run_end& out)
     }
     if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
     if (attempted) tel_attempt_end(*reply);
-    policy_events events(*this);
-    policy_.on_reply_end(*reply, events);
-    out.cls = classify(*reply, model, now_ms());
-    out.last = reply;
+    policy_.on_reply_end(*reply, sink());
+    run_end in;
+    in.cls = classify(*reply, model, now_ms());
+    in.last = reply;
+    tel_classified(*reply, in.cls);
+    in.abort_requested = abort_.requested();
+    in.can_fall_back = catalog_ptr() != nullptr;
     st.reply = std::move(reply);
+    co_return policy_.on_run_end(std::move(in), config_, sink());
 }
 
-asio::awaitable<void> agent_session::run_agent(message_ptr user, run_end& out) {
+asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {
     restore_fallback_primary();  // before every run: a new prompt, a retry's continue, a follow-up
     emit(agent_start_event{});
     for (;;) {
@@ -715,10 +757,7 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_end& out) {
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});
-        {
-            policy_events events(*this);
-            policy_.on_reply_end(*reply, events);
-        }
+        { policy_.on_reply_end(*reply, sink()); }
         out.added.push_back(reply);
         out.last = reply;
 
@@ -737,7 +776,7 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_end& out) {
     }
 }
 
-asio::awaitable<void> agent_session::execute_tools(const message& assistant, run_end& out) {
+asio::awaitable<void> agent_session::execute_tools(const message& assistant, run_outcome& out) {
     for (const tool_call_block* call : tool_calls_of(assistant)) {
         emit(tool_execution_start_event{call->id, call->name, call->arguments});
         tool_output result;

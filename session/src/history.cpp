@@ -11,6 +11,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <istream>
 #include <stdexcept>
 #include <utility>
 
@@ -167,6 +168,85 @@ session_history session_history::create_file(const fs::path& dir, std::string cw
     return h;
 }
 
+std::optional<std::string> read_first_line(std::istream& in, std::size_t max_bytes) {
+    std::string line;
+    std::streambuf* sb = in.rdbuf();
+    if (!sb) return std::nullopt;
+    for (;;) {
+        const int c = sb->sbumpc();
+        if (c == std::char_traits<char>::eof()) {
+            if (line.empty()) return std::nullopt;
+            return line;
+        }
+        if (c == '\n') return line;
+        if (line.size() == max_bytes) return std::nullopt;  // longer than the bound: not read on
+        line.push_back(static_cast<char>(c));
+    }
+}
+
+std::string not_stored_marker(std::size_t bytes) {
+    return "\u2026[" + std::to_string(bytes) + " bytes not stored]";
+}
+
+namespace {
+
+// `s` cut to at most `keep` bytes on a UTF-8 code-point boundary.
+std::size_t utf8_cut_point(std::string_view s, std::size_t keep) {
+    if (keep >= s.size()) return s.size();
+    while (keep > 0 && (static_cast<unsigned char>(s[keep]) & 0xC0) == 0x80) --keep;
+    return keep;
+}
+
+std::size_t serialized_size(const message& m) {
+    std::string line;
+    append_json(line, m);
+    return line.size();
+}
+
+}  // namespace
+
+message fit_message(const message& m, std::size_t max_bytes) {
+    message out = m;
+    for (int round = 0; round < 8; ++round) {
+        const std::size_t size = serialized_size(out);
+        if (size <= max_bytes) return out;
+        // the largest text block or tool-call arguments gives up what is over, plus room for
+        // its marker (a byte cut is at least a byte less once serialised)
+        std::size_t excess = size - max_bytes + 64;
+        std::size_t best = out.content.size(), best_size = 0;
+        for (std::size_t i = 0; i < out.content.size(); ++i) {
+            std::size_t n = 0;
+            if (const auto* t = std::get_if<text_block>(&out.content[i]))
+                n = t->text.size();
+            else if (const auto* c = std::get_if<tool_call_block>(&out.content[i]))
+                n = json::serialize(c->arguments).size();
+            if (n > best_size) {
+                best = i;
+                best_size = n;
+            }
+        }
+        if (best == out.content.size() || best_size <= 64) break;
+        if (auto* t = std::get_if<text_block>(&out.content[best])) {
+            const std::size_t keep =
+                utf8_cut_point(t->text, t->text.size() - std::min(excess, t->text.size()));
+            const std::size_t dropped = t->text.size() - keep;
+            t->text.resize(keep);
+            t->text += not_stored_marker(dropped);
+        } else {
+            auto& c = std::get<tool_call_block>(out.content[best]);
+            c.arguments = json::object();
+            c.arguments["\u2026"] = not_stored_marker(best_size);
+        }
+    }
+    if (serialized_size(out) <= max_bytes) return out;
+    // nothing left to cut (a message of many small blocks): one marker instead of its content
+    message last = m;
+    last.content.clear();
+    last.content.emplace_back(text_block{not_stored_marker(serialized_size(m))});
+    last.error_message.reset();
+    return last;
+}
+
 std::error_code session_history::write_line(const json::object& o) {
     return write_text_line(json::serialize(o));
 }
@@ -234,9 +314,19 @@ std::error_code session_history::append(std::string type, json::object fields, m
             std::string line = json::serialize(o);
             if (e.msg && !o.contains("message")) {
                 line.pop_back();
+                const std::size_t fields = line.size();
                 line += ",\"message\":";
                 append_json(line, *e.msg);
                 line.push_back('}');
+                if (line.size() > max_line_bytes_) {
+                    // never write what load() refuses: the content is cut, with a marker
+                    line.resize(fields);
+                    line += ",\"message\":";
+                    append_json(line,
+                                fit_message(*e.msg, max_line_bytes_ -
+                                                        std::min(max_line_bytes_, fields + 16)));
+                    line.push_back('}');
+                }
             }
             ec = write_text_line(std::move(line));
         }
@@ -298,6 +388,75 @@ std::string id_from_file_name(const fs::path& file) {
     return id;
 }
 
+// The lines of a file descriptor, read in 64 KiB pieces. A line longer than `max` is not kept:
+// only its length is reported.
+class file_lines {
+  public:
+    struct line {
+        std::string text;  // without the LF
+        std::size_t length = 0;
+        bool too_long = false;
+    };
+    file_lines(int fd, std::size_t max, std::string label)
+        : fd_(fd), max_(max), label_(std::move(label)) {}
+
+    bool next(line& l) {
+        l.text.clear();
+        l.length = 0;
+        l.too_long = false;
+        for (;;) {
+            if (pos_ == size_ && !fill()) {
+                if (l.length == 0 && !l.too_long) return false;
+                return true;  // a last line without LF
+            }
+            const std::string_view rest(buf_.data() + pos_, size_ - pos_);
+            const auto nl = rest.find('\n');
+            const std::string_view piece = rest.substr(0, nl);
+            l.length += piece.size();
+            if (!l.too_long && l.length > max_) {
+                l.too_long = true;
+                l.text.clear();
+                l.text.shrink_to_fit();
+            }
+            if (!l.too_long) l.text.append(piece);
+            if (nl == std::string_view::npos) {
+                pos_ = size_;
+                continue;
+            }
+            pos_ += nl + 1;
+            return true;
+        }
+    }
+    /// The file ended with a LF (or was empty).
+    bool last_terminated() const noexcept { return !read_any_ || last_ == '\n'; }
+
+  private:
+    bool fill() {
+        for (;;) {
+            const ssize_t n = ::read(fd_, buf_.data(), buf_.size());
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                throw std::runtime_error(label_ +
+                                         ": cannot read session file: " + std::strerror(errno));
+            }
+            if (n == 0) return false;
+            size_ = static_cast<std::size_t>(n);
+            pos_ = 0;
+            last_ = buf_[size_ - 1];
+            read_any_ = true;
+            return true;
+        }
+    }
+
+    int fd_;
+    std::size_t max_;
+    std::string label_;
+    std::vector<char> buf_ = std::vector<char>(64 * 1024);
+    std::size_t pos_ = 0, size_ = 0;
+    char last_ = '\0';  // the last byte read
+    bool read_any_ = false;
+};
+
 std::string mib(std::size_t bytes) {
     return std::to_string(bytes) + " bytes (" + std::to_string(bytes / (1024 * 1024)) + " MiB)";
 }
@@ -315,89 +474,64 @@ session_history::loaded session_history::load(const fs::path& file,
         throw std::runtime_error(label + ": cannot open session file: " + std::strerror(errno));
     const int fd = out.history.fd_;
     lock_session_file(fd, file);
-    std::string text;
-    {
-        char buf[64 * 1024];
-        for (;;) {
-            const ssize_t n = ::read(fd, buf, sizeof buf);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                throw std::runtime_error(label +
-                                         ": cannot read session file: " + std::strerror(errno));
-            }
-            if (n == 0) break;
-            if (static_cast<std::size_t>(n) > limits.max_file_bytes - text.size())
-                throw std::runtime_error(label + ": session file exceeds the limit of " +
-                                         mib(limits.max_file_bytes) + "; not loaded");
-            text.append(buf, static_cast<std::size_t>(n));
-        }
-    }
     auto& fstate = out.history.file_mode();
-    // a last line without a newline was cut by a crash unless it parses
-    const bool last_terminated = text.empty() || text.back() == '\n';
-    std::vector<std::string_view> lines;
-    for (std::string_view rest = text; !rest.empty();) {
-        const auto nl = rest.find('\n');
-        lines.push_back(rest.substr(0, nl));
-        if (nl == std::string_view::npos) break;
-        rest.remove_prefix(nl + 1);
-    }
+    out.history.max_line_bytes_ = limits.max_line_bytes;
+    // Read line by line: only the line being read is buffered (at most max_line_bytes; a longer
+    // one is counted and dropped), so a file has no size limit of its own.
+    file_lines reader(fd, limits.max_line_bytes, label);
     const auto blank = [](std::string_view s) {
         return s.find_first_not_of(" \t\r") == std::string_view::npos;
     };
-
-    // the header is the first line that is not blank (blank lines before it are skipped)
-    const std::size_t first = static_cast<std::size_t>(
-        std::find_if_not(lines.begin(), lines.end(), blank) - lines.begin());
-    if (first == lines.size()) {
-        // Created but never written to (killed before its first entry): an empty session. The
-        // header is written with the first entry, as for a new session.
-        out.history.id_ = id_from_file_name(file);
-        if (out.history.id_.empty()) out.history.id_ = random_hex_id(32);
-        std::error_code ec;
-        fstate.cwd = fs::current_path(ec).string();
-        fstate.header_written = false;
-    } else {
-        const std::string line_no = "line " + std::to_string(first + 1);
-        if (lines[first].size() > limits.max_line_bytes)
-            throw std::runtime_error(label + ": not a session file (" + line_no +
-                                     " exceeds the limit of " + mib(limits.max_line_bytes) + ")");
-        auto parsed = parse_json_strict(lines[first]);
-        const json::object* header =
-            parsed && parsed.value.is_object() ? &parsed.value.get_object() : nullptr;
-        const json::value* type = header ? header->if_contains("type") : nullptr;
-        if (!type || *type != "session")
-            throw std::runtime_error(label + ": not a session file (" + line_no +
-                                     " is not a {\"type\":\"session\"} header)");
-        const json::value* id = header->if_contains("id");
-        if (!id || !id->is_string() || id->get_string().empty())
-            throw std::runtime_error(label + ": not a session file (" + line_no +
-                                     ": key \"id\": expected a non-empty string, found " +
-                                     (id ? json_excerpt(*id) : std::string("nothing")) + ")");
-        out.history.id_ = std::string(id->get_string());
-        if (auto* c = header->if_contains("cwd"); c && c->is_string()) fstate.cwd = c->get_string();
-        fstate.header_written = true;
-    }
-
-    for (std::size_t i = first + 1; i < lines.size(); ++i) {
-        const bool is_last = i + 1 == lines.size();
-        const std::string where = label + ":" + std::to_string(i + 1);
-        if (lines[i].empty()) continue;
-        if (lines[i].size() > limits.max_line_bytes) {
-            out.warnings.push_back(where + ": line of " + std::to_string(lines[i].size()) +
+    bool header_seen = false;
+    std::optional<std::string> unparsable;  // where: torn or not, known at the next line
+    std::size_t line_no = 0;
+    for (file_lines::line l; reader.next(l);) {
+        ++line_no;
+        const std::string where = label + ":" + std::to_string(line_no);
+        if (unparsable) {
+            out.warnings.push_back(*unparsable + ": unparsable line skipped");
+            unparsable.reset();
+        }
+        if (!header_seen) {
+            // the header is the first line that is not blank (blank lines before it are skipped)
+            if (!l.too_long && blank(l.text)) continue;
+            const std::string line_ref = "line " + std::to_string(line_no);
+            if (l.too_long)
+                throw std::runtime_error(label + ": not a session file (" + line_ref +
+                                         " exceeds the limit of " + mib(limits.max_line_bytes) +
+                                         ")");
+            auto parsed = parse_json_strict(l.text);
+            const json::object* header =
+                parsed && parsed.value.is_object() ? &parsed.value.get_object() : nullptr;
+            const json::value* type = header ? header->if_contains("type") : nullptr;
+            if (!type || *type != "session")
+                throw std::runtime_error(label + ": not a session file (" + line_ref +
+                                         " is not a {\"type\":\"session\"} header)");
+            const json::value* id = header->if_contains("id");
+            if (!id || !id->is_string() || id->get_string().empty())
+                throw std::runtime_error(label + ": not a session file (" + line_ref +
+                                         ": key \"id\": expected a non-empty string, found " +
+                                         (id ? json_excerpt(*id) : std::string("nothing")) + ")");
+            out.history.id_ = std::string(id->get_string());
+            if (auto* c = header->if_contains("cwd"); c && c->is_string())
+                fstate.cwd = c->get_string();
+            fstate.header_written = true;
+            header_seen = true;
+            continue;
+        }
+        if (l.too_long) {
+            out.warnings.push_back(where + ": line of " + std::to_string(l.length) +
                                    " bytes exceeds the limit of " + mib(limits.max_line_bytes) +
                                    "; skipped");
             continue;
         }
-        auto parsed = parse_json_strict(lines[i]);
+        if (l.text.empty()) continue;
+        auto parsed = parse_json_strict(l.text);
         if (!parsed || !parsed.value.is_object()) {
             if (parsed.error && parsed.error->non_finite)
                 out.warnings.push_back(where + ": " + parsed.error->describe() + "; line skipped");
-            else if (is_last)
-                out.warnings.push_back(where + ": torn last line skipped (" +
-                                       (last_terminated ? "unparsable" : "no newline") + ")");
             else
-                out.warnings.push_back(where + ": unparsable line skipped");
+                unparsable = where;
             continue;
         }
         json::object* o = &parsed.value.get_object();
@@ -420,6 +554,20 @@ session_history::loaded session_history::load(const fs::path& file,
         }
         e.raw = std::move(*o);
         out.history.entries_.push_back(std::move(e));
+    }
+    // a last line without a newline was cut by a crash unless it parses
+    const bool last_terminated = reader.last_terminated();
+    if (unparsable)
+        out.warnings.push_back(*unparsable + ": torn last line skipped (" +
+                               (last_terminated ? "unparsable" : "no newline") + ")");
+    if (!header_seen) {
+        // Created but never written to (killed before its first entry): an empty session. The
+        // header is written with the first entry, as for a new session.
+        out.history.id_ = id_from_file_name(file);
+        if (out.history.id_.empty()) out.history.id_ = random_hex_id(32);
+        std::error_code ec;
+        fstate.cwd = fs::current_path(ec).string();
+        fstate.header_written = false;
     }
     fstate.path = file;
     if (!last_terminated) {

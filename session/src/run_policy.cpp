@@ -22,12 +22,36 @@ run_action make(run_action::kind k) noexcept {
 }
 }  // namespace
 
-// a usage limit's decision, kept while the session asks the auth storage and the catalog
+// What few chains need: a usage limit's decision, kept while the session asks the auth storage
+// and the catalog, and the role of a model fallback made in the chain.
 struct run_policy::pending_switch {
+    bool switching = false;  // the decision below waits for the switch's answer
     agent_end_decision decision;
     std::vector<message_ptr> added;
+    std::string provider;  // of the reply that hit the limit
     bool can_fall_back = false;
+    std::optional<std::string> fallback_role;  // for retry_fallback_succeeded
 };
+
+const std::string& run_policy::limit_provider() const noexcept {
+    static const std::string none;
+    return switch_ ? switch_->provider : none;
+}
+
+void run_policy::forget_fallback() noexcept {
+    if (!switch_) return;
+    switch_->fallback_role.reset();
+    if (!switch_->switching) switch_.reset();
+}
+
+run_policy::pending_switch run_policy::take_switch() {
+    pending_switch p = std::move(*switch_);
+    if (p.fallback_role)
+        *switch_ = pending_switch{false, {}, {}, {}, false, p.fallback_role};
+    else
+        switch_.reset();
+    return p;
+}
 
 run_policy::run_policy() = default;
 run_policy::~run_policy() = default;
@@ -71,9 +95,10 @@ run_action run_policy::begin_summary() noexcept {
 void run_policy::on_reply_end(const message& reply, event_sink& out) {
     auto end = machine_.on_assistant_message_end(reply);
     if (!end) return;
-    if (fallback_role_) {  // §9.10: just before auto_retry_end{success:true}
-        out(retry_fallback_succeeded_event{reply.provider + "/" + reply.model, *fallback_role_});
-        fallback_role_.reset();
+    if (switch_ && switch_->fallback_role) {  // §9.10: just before auto_retry_end{success:true}
+        out(retry_fallback_succeeded_event{reply.provider + "/" + reply.model,
+                                           *switch_->fallback_role});
+        forget_fallback();
     }
     out(std::move(*end));
     if (!summary_) ending_ = chain_end::succeeded;
@@ -89,10 +114,12 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
     }
     agent_end_decision d = machine_.on_agent_end(in.last.get(), in.cls, s.retry);  // §1.2
     if (d.usage_limit) {  // §3.7: the auth storage first
-        switch_ = std::make_unique<pending_switch>();
+        if (!switch_) switch_ = std::make_unique<pending_switch>();
+        switch_->switching = true;
         switch_->decision = std::move(d);
         switch_->added = std::move(in.added);
         switch_->can_fall_back = in.can_fall_back;
+        if (in.last) switch_->provider = in.last->provider;
         run_action a = make(run_action::kind::switch_credential);
         a.retry_hint_ms = switch_->decision.retry_hint_ms;
         return a;
@@ -101,33 +128,32 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
 }
 
 run_action run_policy::on_credential_switch(bool switched, const settings& s, event_sink& out) {
-    std::unique_ptr<pending_switch> p = std::move(switch_);
-    if (switched) {
-        machine_.usage_switch_succeeded(p->decision);  // the wait becomes 0
-    } else if (p->decision.start && p->can_fall_back && s.retry.fallback) {
+    if (!switched && switch_->decision.start && switch_->can_fall_back && s.retry.fallback) {
         // §11.14: a model fallback, only while the chain goes on
         run_action a = make(run_action::kind::switch_model);
-        a.retry_hint_ms = p->decision.retry_hint_ms;
-        switch_ = std::move(p);
+        a.retry_hint_ms = switch_->decision.retry_hint_ms;
         return a;
     }
-    return after_decision(std::move(p->decision), std::move(p->added), std::nullopt, s, out);
+    pending_switch p = take_switch();
+    if (switched) machine_.usage_switch_succeeded(p.decision);  // the wait becomes 0
+    return after_decision(std::move(p.decision), std::move(p.added), std::nullopt, s, out);
 }
 
 run_action run_policy::on_model_switch(std::optional<retry_fallback_applied_event> applied,
                                        const settings& s, event_sink& out) {
-    std::unique_ptr<pending_switch> p = std::move(switch_);
+    pending_switch p = take_switch();
     if (applied) {
-        machine_.usage_switch_succeeded(p->decision);
-        fallback_role_ = applied->role;
+        machine_.usage_switch_succeeded(p.decision);
+        switch_ = std::make_unique<pending_switch>();
+        switch_->fallback_role = applied->role;
     }
-    return after_decision(std::move(p->decision), std::move(p->added), std::move(applied), s, out);
+    return after_decision(std::move(p.decision), std::move(p.added), std::move(applied), s, out);
 }
 
 run_action run_policy::after_decision(agent_end_decision d, std::vector<message_ptr> added,
                                       std::optional<retry_fallback_applied_event> applied,
                                       const settings& s, event_sink& out) {
-    if (!d.will_retry) fallback_role_.reset();  // the chain is over: no success to report
+    if (!d.will_retry) forget_fallback();  // the chain is over: no success to report
     if (!summary_) out(agent_end_event{std::move(added), d.will_retry});
     if (d.end) {
         if (!summary_) ending_ = d.ending;
@@ -180,7 +206,7 @@ run_action run_policy::on_wait_done(bool elapsed, bool has_queued, event_sink& o
     wait_outcome w = machine_.on_wait_done(elapsed);
     if (w.resume) return make(run_action::kind::run);  // §3.11: the continue is a new run
     out(std::move(*w.end));                            // §5.2
-    fallback_role_.reset();                            // the chain is over: no success to report
+    forget_fallback();                                 // the chain is over: no success to report
     if (summary_) {
         summary_ = false;
         summary_cancelled_ = true;

@@ -7,13 +7,22 @@
 namespace coagent {
 
 struct agent_session::run_state {
-    bool summary = false;                     // a compaction's summary request
-    message_ptr pending;                      // prompt: the user message of the next run
-    std::uint64_t id = 0;                     // prompt: the prompt call that runs
-    std::optional<prompt_result> own_result;  // abort() ended this prompt, then more ran
-    std::string limit_provider;               // the provider of the run's last reply
-    provider_request* request = nullptr;      // summary: the request
-    std::shared_ptr<message> reply;           // summary: its latest reply
+    bool summary = false;                       // a compaction's summary request
+    message_ptr pending;                        // prompt: the user message of the next run
+    std::uint64_t id = 0;                       // prompt: the prompt call that runs
+    std::unique_ptr<prompt_result> own_result;  // abort() ended this prompt, then more ran
+};
+
+// a compaction's summary request (summary == true): what it sends and its latest reply
+struct agent_session::summary_state : agent_session::run_state {
+    provider_request* request = nullptr;
+    std::shared_ptr<message> reply;
+};
+
+// what run_agent gathers: the run's messages and its last assistant message
+struct agent_session::run_outcome {
+    std::vector<message_ptr> added;
+    message_ptr last;
 };
 
 struct agent_session::telemetry_state {

@@ -161,6 +161,7 @@ constexpr schema_entry schema[] = {
         "provider.connectTimeoutMs", 10000, 1),
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
+    integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
     text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
 };
 // clang-format on

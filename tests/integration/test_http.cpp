@@ -9,7 +9,13 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/providers/sse_parser.hpp>
+#include <coagent/providers/stream_deadline.hpp>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -231,13 +237,14 @@ TEST_CASE("limits: a provider's whole reply is bounded (text and tool-call argum
     body +=
         "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\ndata: "
         "{\"type\":\"message_stop\"}\n\n";
-    CHECK(decode_stream(api_kind::anthropic_messages, body, 50).stop ==
+    // 50 bytes of text and one block (256)
+    CHECK(decode_stream(api_kind::anthropic_messages, body, 306).stop ==
           stop_reason::stop);  // exactly at the limit
-    auto m = decode_stream(api_kind::anthropic_messages, body, 49);
+    auto m = decode_stream(api_kind::anthropic_messages, body, 305);
     CHECK(m.stop == stop_reason::error);
     CHECK(m.error_message ==
-          "Reply too large: the provider streamed more than 49 bytes of text and tool-call "
-          "arguments (the limit of one reply)");
+          "Reply too large: the provider streamed more than 305 bytes of text, tool-call names, "
+          "ids and arguments (and 256 a content block): the limit of one reply");
     CHECK(text_of(m) == "0123456789012345678901234567890123456789");  // what came before the limit
     CHECK_FALSE(retryable(m));
     // tool-call arguments count too
@@ -246,9 +253,157 @@ TEST_CASE("limits: a provider's whole reply is bounded (text and tool-call argum
                       "{\"choices\":[{\"delta\":{\"content\":\"12345\",\"tool_calls\":[{\"index\":"
                       "0,\"id\":\"c1\",\"function\":{\"name\":\"t\","
                       "\"arguments\":\"{\\\"a\\\":123}\"}}]}}]}\n\n",
-                      10);
+                      10 + 2 * 256);
     CHECK(m.stop == stop_reason::error);
     CHECK_THAT(*m.error_message, Catch::StartsWith("Reply too large"));
+}
+
+namespace {
+
+std::string openai_tool_event(int index, std::string_view id, std::string_view name,
+                              std::string_view args) {
+    json::object fn;
+    if (!name.empty()) fn["name"] = name;
+    fn["arguments"] = args;
+    json::object tc;
+    tc["index"] = index;
+    if (!id.empty()) tc["id"] = id;
+    tc["function"] = std::move(fn);
+    json::array tcs;
+    tcs.push_back(std::move(tc));
+    json::object delta;
+    delta["tool_calls"] = std::move(tcs);
+    json::object choice;
+    choice["delta"] = std::move(delta);
+    json::array choices;
+    choices.push_back(std::move(choice));
+    json::object o;
+    o["choices"] = std::move(choices);
+    return "data: " + json::serialize(o) + "\n\n";
+}
+
+std::string anthropic_tool_event(int index, std::string_view id, std::string_view name) {
+    json::object cb;
+    cb["type"] = "tool_use";
+    cb["id"] = id;
+    cb["name"] = name;
+    cb["input"] = json::object();
+    json::object o;
+    o["type"] = "content_block_start";
+    o["index"] = index;
+    o["content_block"] = std::move(cb);
+    return "data: " + json::serialize(o) + "\n\n";
+}
+
+constexpr std::string_view openai_tool_end =
+    "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+constexpr std::string_view anthropic_tool_end =
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\ndata: "
+    "{\"type\":\"message_stop\"}\n\n";
+
+}  // namespace
+
+TEST_CASE("issue 16 item 1: tool-call names, ids and blocks count in the reply limit, names "
+    "and ids are bounded",
+    "[http][protocol][limits]") {
+    CHECK(http_protocol::reply_budget::max_tool_name_bytes == 256);
+    CHECK(http_protocol::reply_budget::max_tool_id_bytes == 512);
+    const std::string name256(256, 'n'), id512(512, 'i');
+    // at the bounds: kept, in both APIs
+    auto m =
+        decode_stream(api_kind::openai_completions,
+                      openai_tool_event(0, id512, name256, "{}") + std::string(openai_tool_end));
+    REQUIRE(m.stop == stop_reason::tool_use);
+    CHECK(std::get<tool_call_block>(m.content.at(0)).name == name256);
+    m = decode_stream(api_kind::anthropic_messages,
+                      anthropic_tool_event(0, id512, name256) + std::string(anthropic_tool_end));
+    REQUIRE(m.stop == stop_reason::tool_use);
+    CHECK(std::get<tool_call_block>(m.content.at(0)).id == id512);
+    // one byte over: the reply fails (not retryable), nothing of the name or id kept
+    for (const api_kind api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        auto body = [&](std::string_view id, std::string_view name) {
+            return api == api_kind::openai_completions
+                       ? openai_tool_event(0, id, name, "{}") + std::string(openai_tool_end)
+                       : anthropic_tool_event(0, id, name) + std::string(anthropic_tool_end);
+        };
+        m = decode_stream(api, body("c1", name256 + "n"));
+        CHECK(m.stop == stop_reason::error);
+        CHECK(m.error_message ==
+              "Invalid stream data from the provider: a tool-call name of 257 bytes is longer "
+              "than 256 bytes, the most a tool-call name may have");
+        CHECK_FALSE(retryable(m));
+        m = decode_stream(api, body(id512 + "i", "t"));
+        CHECK(m.stop == stop_reason::error);
+        CHECK(m.error_message ==
+              "Invalid stream data from the provider: a tool-call id of 513 bytes is longer than "
+              "512 bytes, the most a tool-call id may have");
+        CHECK_FALSE(retryable(m));
+        for (const auto& b : m.content)
+            if (const auto* c = std::get_if<tool_call_block>(&b)) CHECK(c->id.size() <= 512);
+    }
+    // names, ids and blocks count: one block (256) + "call_1" (6) + "read" (4) + "{}" (2)
+    const std::string one =
+        openai_tool_event(0, "call_1", "read", "{}") + std::string(openai_tool_end);
+    CHECK(decode_stream(api_kind::openai_completions, one, 268).stop == stop_reason::tool_use);
+    m = decode_stream(api_kind::openai_completions, one, 267);
+    CHECK(m.stop == stop_reason::error);
+    CHECK_THAT(*m.error_message, Catch::StartsWith("Reply too large"));
+    // a name sent again replaces the old one: counted once
+    const std::string again = openai_tool_event(0, "call_1", "read", "") +
+                              openai_tool_event(0, "", "read", "{}") + std::string(openai_tool_end);
+    CHECK(decode_stream(api_kind::openai_completions, again, 268).stop == stop_reason::tool_use);
+    // empty blocks count too: 64 tool calls without a byte of their own
+    std::string empties;
+    for (int i = 0; i < 64; ++i) empties += openai_tool_event(i, "", "", "");
+    empties += openai_tool_end;
+    CHECK(decode_stream(api_kind::openai_completions, empties, 64 * 256).stop ==
+          stop_reason::tool_use);
+    m = decode_stream(api_kind::openai_completions, empties, 64 * 256 - 1);
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.content.size() == 63);
+    std::string anthropic_empties;
+    for (int i = 0; i < 64; ++i)
+        anthropic_empties +=
+            "data: {\"type\":\"content_block_start\",\"index\":" + std::to_string(i) +
+            ",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    anthropic_empties += anthropic_tool_end;
+    m = decode_stream(api_kind::anthropic_messages, anthropic_empties, 64 * 256 - 1);
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.content.size() == 63);
+}
+
+TEST_CASE(
+    "issue 16 item 1: huge streamed tool-call names end the reply at the first piece "
+    "(linear work)",
+    "[http][protocol][limits]") {
+    // Four tool calls whose names are streamed in 64 KiB pieces (the issue's 8 MiB names, cut
+    // to 1 MiB each): the reply fails on the first piece, and the decoder keeps at most one
+    // block's worth; the rest of the stream is skipped without being parsed.
+    const std::string piece(64 * 1024, 'n');
+    std::string body;
+    for (int call = 0; call < 4; ++call)
+        for (int i = 0; i < 16; ++i) body += openai_tool_event(call, i == 0 ? "c" : "", piece, "");
+    body += openai_tool_end;
+    message out;
+    out.role = message_role::assistant;
+    null_observer obs;
+    auto d = http_protocol::stream_decoder::make(api_kind::openai_completions);
+    sse_parser p;
+    std::uint64_t events_after_failure = 0;
+    for (std::size_t at = 0; at < body.size(); at += 16 * 1024)
+        p.feed(std::string_view(body).substr(at, 16 * 1024), [&](const sse_event& ev) {
+            if (d->status() != http_protocol::stream_decoder::state::streaming)
+                ++events_after_failure;
+            d->on_event(ev, out, obs);
+        });
+    CHECK(d->status() == http_protocol::stream_decoder::state::error);
+    CHECK_THAT(out.error_message.value_or(""),
+               Catch::StartsWith("Invalid stream data from the provider: a tool-call name of "
+                                 "65536 bytes"));
+    CHECK(events_after_failure == 4 * 16 - 1 + 2);  // every event after the first ignored
+    CHECK(d->reply_bytes() <= http_protocol::reply_budget::block_bytes + 1);
+    for (const auto& b : out.content)
+        if (const auto* c = std::get_if<tool_call_block>(&b)) CHECK(c->name.size() <= 256);
 }
 
 TEST_CASE("retry hint from headers: every form, largest wins", "[http][protocol][appendix-a]") {
@@ -439,6 +594,108 @@ TEST_CASE("fakellm script: steps, errors naming step and field, example scripts"
 }
 
 // ---- providers over loopback --------------------------------------------------------------
+
+TEST_CASE("issue 16 item 5: the attempt deadline and the idle timer (sans-io)",
+          "[http][protocol][limits]") {
+    using clock = stream_deadline::clock;
+    const clock::time_point t0{};
+    stream_deadline d(t0, 200, 1000);
+    CHECK(d.expiry() == t0 + 200ms);
+    d.on_progress(t0 + 150ms);
+    CHECK(d.expiry() == t0 + 350ms);
+    d.on_progress(t0 + 900ms);
+    CHECK(d.expiry() == t0 + 1000ms);  // the attempt's deadline comes first
+    CHECK(d.timeout_text(t0 + 999ms) == "Stream idle timeout: no data for 200 ms (timed out)");
+    CHECK(d.timeout_text(t0 + 1000ms) ==
+          "Attempt timeout: no complete reply within provider.attemptTimeoutMs (1000 ms) (timed "
+          "out)");
+    message m;
+    m.role = message_role::assistant;
+    m.stop = stop_reason::error;
+    m.error_message = d.timeout_text(t0 + 1000ms);
+    CHECK(retryable(m));
+    stream_deadline off(t0, 200, 0);  // 0: no attempt deadline
+    off.on_progress(t0 + 24h);
+    CHECK(off.expiry() == t0 + 24h + 200ms);
+    CHECK_FALSE(off.attempt_expired(t0 + 24h));
+    // SSE comments are not progress; data, fields and the blank line ending an event are
+    for (const std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+        sse_parser p;
+        const std::string pings = ": ping\n\n:\n\r\n: keep-alive\r\n\r\n";
+        for (std::size_t i = 0; i < pings.size(); i += chunk)
+            p.feed(std::string_view(pings).substr(i, chunk), [](const sse_event&) {});
+        CHECK(p.progress() == 0);
+        const std::string data = "data: x\n\n";
+        for (std::size_t i = 0; i < data.size(); i += chunk)
+            p.feed(std::string_view(data).substr(i, chunk), [](const sse_event&) {});
+        CHECK(p.progress() == data.size());
+    }
+}
+
+namespace {
+
+// A server that answers one request with the headers of an event stream, then writes `piece`
+// every 20 ms, `times` times (a server that pings, or trickles data, for ever).
+asio::awaitable<void> trickle_server(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
+                                     std::string piece, int times) {
+    auto sock = co_await acceptor->async_accept(asio::use_awaitable);
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+    co_await asio::async_write(sock, asio::buffer(head), asio::use_awaitable);
+    asio::steady_timer t(sock.get_executor());
+    for (int i = 0; i < times; ++i) {
+        t.expires_after(20ms);
+        co_await t.async_wait(asio::use_awaitable);
+        auto [ec, n] = co_await asio::async_write(sock, asio::buffer(piece),
+                                                  asio::as_tuple(asio::use_awaitable));
+        (void)n;
+        if (ec) co_return;
+    }
+}
+
+message stream_from_trickle(std::string piece, std::int64_t idle_ms, std::int64_t attempt_ms) {
+    loopback lb("[]");
+    auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(
+        lb.io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    const auto port = acceptor->local_endpoint().port();
+    const auto on_done = [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    };
+    asio::co_spawn(lb.io, trickle_server(acceptor, std::move(piece), 500), on_done);
+    auto o = lb.options(api_kind::openai_completions);
+    o.base_url = "http://127.0.0.1:" + std::to_string(port) + "/v1";
+    o.stream_idle_timeout_ms = idle_ms;
+    o.attempt_timeout_ms = attempt_ms;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    return lb.stream_once(p, simple_request(p.model()), obs, abort);
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 5: SSE comments do not reset the idle timer", "[http][loopback][limits]") {
+    // pings every 20 ms for 10 s; the idle timeout (150 ms) still ends the attempt
+    const auto out = stream_from_trickle(": ping\n\n", 150, 0);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message == "Stream idle timeout: no data for 150 ms (timed out)");
+    CHECK(retryable(out));
+}
+
+TEST_CASE("issue 16 item 5: provider.attemptTimeoutMs ends an attempt that trickles data",
+          "[http][loopback][limits]") {
+    CHECK(http_provider_options{}.attempt_timeout_ms == 600000);
+    CHECK(settings{}.provider.attempt_timeout_ms == 600000);
+    // a content delta every 20 ms for 10 s: never idle for 150 ms, but past 300 ms in all
+    const auto out =
+        stream_from_trickle("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 150, 300);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message ==
+          "Attempt timeout: no complete reply within provider.attemptTimeoutMs (300 ms) (timed "
+          "out)");
+    CHECK(retryable(out));
+    CHECK_THAT(text_of(out), Catch::StartsWith("xxx"));  // what came before the deadline
+}
 
 TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[http][loopback]") {
     loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
@@ -719,8 +976,7 @@ struct test_pki {
 
 }  // namespace
 
-TEST_CASE(
-    "https against a local TLS server: verified with the test CA; a wrong CA is a clear error",
+TEST_CASE("https against a local TLS server: verified with the test CA, a wrong CA is a clear error",
     "[http][loopback][tls]") {
     test_pki pki;
     fakellm::server_options so;
@@ -972,7 +1228,7 @@ TEST_CASE("auth.json: sticky credential per session, usage-limit blocks persiste
     CHECK(b.api_key("fake", "s4") == "key-one");
 }
 
-TEST_CASE("auth.json: a broken file names the key; concurrent writers lose no block",
+TEST_CASE("auth.json: a broken file names the key, concurrent writers lose no block",
           "[http][auth]") {
     temp_dir d;
     const auto file = d.path / "auth.json";
@@ -1232,7 +1488,7 @@ TEST_CASE("loopback: usage limit with two credentials switches keys at once",
     }
 }
 
-TEST_CASE("loopback: usage limit with one credential blocks it; the delay stays the backoff",
+TEST_CASE("loopback: usage limit with one credential blocks it, the delay stays the backoff",
           "[http][loopback][session][auth]") {
     const std::string script =
         R"([{"status":429,"headers":{"Retry-After":"1"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}},{"text":"ok"}])";

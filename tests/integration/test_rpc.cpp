@@ -7,6 +7,7 @@
 #include "support/expected_events.hpp"
 
 #include <coagent/modes/rpc_client.hpp>
+#include <coagent/modes/rpc_output_queue.hpp>
 #include <coagent/modes/rpc_protocol.hpp>
 #include <coagent/runtime/json_input.hpp>
 
@@ -357,6 +358,161 @@ TEST_CASE("responses: envelope fields and order", "[rpc][protocol]") {
 // coagent --mode rpc as a child process
 // =========================================================================================
 
+namespace {
+
+// A partial assistant message as the decoders build it, and the queue fed with its updates.
+struct streamed_reply {
+    std::shared_ptr<message> m = std::make_shared<message>();
+    message_ptr msg = m;
+    streamed_reply() { m->role = message_role::assistant; }
+    void open_text() { m->content.emplace_back(text_block{}); }
+    event delta(std::size_t block, std::string_view d) {
+        std::get<text_block>(m->content.at(block)).text.append(d);
+        return message_update_event{msg, std::string(d)};
+    }
+};
+
+std::vector<json::object> taken_lines(rpc::output_queue& q) {
+    std::string out;
+    q.take(out);
+    q.written();
+    std::vector<json::object> v;
+    for (std::string_view rest = out; !rest.empty();) {
+        const auto nl = rest.find('\n');
+        REQUIRE(nl != std::string_view::npos);
+        v.push_back(json::parse(rest.substr(0, nl)).as_object());
+        rest.remove_prefix(nl + 1);
+    }
+    return v;
+}
+
+std::string delta_of(const json::object& o) {
+    return std::string(o.at("assistantMessageEvent").at("delta").as_string());
+}
+std::string text_of_line(const json::object& o, std::size_t block) {
+    return std::string(o.at("message").at("content").at(block).at("text").as_string());
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 3: output queue below its bound writes every event as it came",
+          "[rpc][protocol][limits]") {
+    CHECK(rpc::output_queue::default_merge_above == 8u * 1024 * 1024);
+    CHECK(rpc::output_queue::default_pause_above == 64u * 1024 * 1024);
+    rpc::output_queue q;
+    streamed_reply r;
+    r.open_text();
+    q.push_event(message_start_event{r.msg});
+    for (const char* d : {"ab", "cd", "ef"}) q.push_event(r.delta(0, d));
+    const auto lines = taken_lines(q);
+    REQUIRE(lines.size() == 4);
+    CHECK(delta_of(lines[1]) == "ab");
+    CHECK(text_of_line(lines[1], 0) == "ab");  // the partial as it was then
+    CHECK(text_of_line(lines[2], 0) == "abcd");
+    CHECK(text_of_line(lines[3], 0) == "abcdef");
+    CHECK(q.merged() == 0);
+    CHECK(q.bytes() == 0);
+}
+
+TEST_CASE(
+    "issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
+    "across blocks, other events or responses",
+    "[rpc][protocol][limits]") {
+    rpc::output_queue q({/*merge_above=*/0, /*pause_above=*/1u << 30});
+    streamed_reply r;
+    r.open_text();
+    q.push_line("{\"type\":\"ready\"}\n");  // the queue is above 0 bytes from here on
+    q.push_event(message_start_event{r.msg});
+    for (const char* d : {"a", "b", "c"}) q.push_event(r.delta(0, d));
+    q.push_line("{\"type\":\"response\",\"command\":\"get_state\",\"success\":true}\n");
+    for (const char* d : {"d", "e"}) q.push_event(r.delta(0, d));
+    r.open_text();  // a second text block: its updates start a new line
+    for (const char* d : {"x", "y"}) q.push_event(r.delta(1, d));
+    q.push_event(r.delta(0, "f"));  // back to block 0 (interleaved blocks)
+    q.push_event(r.delta(1, "z"));
+    q.push_event(message_end_event{r.msg});
+    const auto lines = taken_lines(q);
+    REQUIRE(lines.size() == 9);
+    CHECK(lines[0].at("type") == "ready");
+    CHECK(lines[1].at("type") == "message_start");
+    CHECK(lines[2].at("type") == "message_update");
+    CHECK(delta_of(lines[2]) == "abc");
+    CHECK(lines[3].at("type") == "response");  // never merged across, never dropped
+    CHECK(delta_of(lines[4]) == "de");
+    CHECK(delta_of(lines[5]) == "xy");
+    CHECK(delta_of(lines[6]) == "f");
+    CHECK(delta_of(lines[7]) == "z");
+    CHECK(lines[8].at("type") == "message_end");
+    // a merged update's message is the latest partial: serialised when the next line came,
+    // here the update of block 0 with "f"
+    CHECK(text_of_line(lines[4], 0) == "abcde");
+    CHECK(text_of_line(lines[5], 0) == "abcdef");
+    CHECK(text_of_line(lines[5], 1) == "xy");
+    CHECK(q.merged() == 4);  // b, c, e, y
+    // concatenating every delta of a block gives its text
+    std::string block0, block1;
+    for (const std::size_t i : {2, 4, 6}) block0 += delta_of(lines[i]);
+    for (const std::size_t i : {5, 7}) block1 += delta_of(lines[i]);
+    CHECK(block0 == "abcdef");
+    CHECK(block1 == "xyz");
+
+    // two blocks that end alike: a delta is placed by which block grew, not by its text
+    rpc::output_queue q2({0, 1u << 30});
+    streamed_reply r2;
+    r2.open_text();
+    r2.open_text();
+    q2.push_event(message_start_event{r2.msg});
+    q2.push_event(r2.delta(1, "a"));
+    q2.push_line("{\"type\":\"response\"}\n");
+    q2.push_event(r2.delta(0, "a"));  // block 1 ends with "a" too
+    q2.push_event(r2.delta(1, "a"));
+    q2.push_event(r2.delta(1, "b"));
+    const auto lines2 = taken_lines(q2);
+    REQUIRE(lines2.size() == 5);
+    CHECK(delta_of(lines2[3]) == "a");   // block 0 alone
+    CHECK(delta_of(lines2[4]) == "ab");  // block 1's two, merged
+    CHECK(text_of_line(lines2[4], 0) == "a");
+    CHECK(text_of_line(lines2[4], 1) == "aab");
+}
+
+TEST_CASE(
+    "issue 16 item 3: a slow reader: a long reply in 4-byte deltas stays bounded, "
+    "linear in the reply",
+    "[rpc][protocol][limits]") {
+    // 32 KiB in 4-byte deltas (8192 updates) with nothing written meanwhile; unmerged they
+    // would queue about 8192 * 16 KiB = 136 MB. With a 64 KiB merge bound the queue holds the
+    // lines up to the bound and then one update growing with the reply.
+    rpc::output_queue q({/*merge_above=*/64 * 1024, /*pause_above=*/1024 * 1024});
+    streamed_reply r;
+    r.open_text();
+    q.push_event(message_start_event{r.msg});
+    std::size_t peak = 0;
+    for (int i = 0; i < 8192; ++i) {
+        q.push_event(r.delta(0, "abcd"));
+        peak = std::max(peak, q.bytes());
+    }
+    CHECK(peak < 64 * 1024 + 4 * 32 * 1024 + 4096);
+    CHECK_FALSE(q.over_pause());
+    q.push_event(message_end_event{r.msg});
+    const auto lines = taken_lines(q);
+    std::string all;
+    for (const auto& l : lines)
+        if (l.at("type") == "message_update") all += delta_of(l);
+    CHECK(all.size() == 4 * 8192);
+    CHECK(all == std::get<text_block>(r.msg->content[0]).text);
+    CHECK(lines.size() < 200);
+    CHECK(q.merged() + lines.size() == 8192 + 2);
+    // over the pause bound until written
+    rpc::output_queue small({0, 10});
+    small.push_line("0123456789\n");
+    CHECK(small.over_pause());
+    std::string out;
+    small.take(out);
+    CHECK(small.over_pause());  // taken, not yet written
+    small.written();
+    CHECK_FALSE(small.over_pause());
+}
+
 TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to agent_settled",
           "[rpc][process]") {
     rpc_env env;
@@ -555,7 +711,7 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     auto busy = p.call("p2", "prompt", {{"message", "second"}});
     CHECK(
         busy ==
-        obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
+        obj(R"({"id":"p2","type":"response","command":"prompt","success":false,"error":"Agent is busy (a request is streaming). Send the message with streamingBehavior \"steer\" (joins the context before the next request) or \"followUp\" (runs after the current prompt), or wait for agent_settled."})"));
     CHECK(p.call("ns", "new_session").at("success") == false);
     CHECK(p.call("k", "compact").at("error") ==
           "Agent is busy: compact when the session is idle (after agent_settled).");
@@ -594,7 +750,7 @@ TEST_CASE("rpc mode: busy session: refusal, followUp and steer queued, abort at 
     CHECK(p.wait_exit() == 0);
 }
 
-TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles; EOF then exits",
+TEST_CASE("rpc mode: a followUp sent during compact runs after it, settles, EOF then exits",
           "[rpc][process][issue-15]") {
     rpc_env env(R"({"retry":{"baseDelayMs":100},"compaction":{"keepRecentTokens":0}})");
     rpc_process p(env,
@@ -785,7 +941,7 @@ TEST_CASE(
     CHECK(p.wait_exit() == 0);
 }
 
-TEST_CASE("rpc mode: two errors then success, exact retry events; get_state during the backoff",
+TEST_CASE("rpc mode: two errors then success, exact retry events, get_state during the backoff",
           "[rpc][process][retry]") {
     rpc_env env(R"({"retry":{"baseDelayMs":500}})");
     rpc_process p(env, fa({}, two_errors_then_ok));
@@ -888,7 +1044,7 @@ TEST_CASE("rpc mode: get_session_stats counts retries and waste, --trace-file wr
     CHECK(prompt.at("span_id").as_string().size() == 16);
 }
 
-TEST_CASE("rpc mode: retry_now ends the backoff at once; refused when nothing waits",
+TEST_CASE("rpc mode: retry_now ends the backoff at once, refused when nothing waits",
           "[rpc][process][retry][retry-now]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
     rpc_process p(env, fa({}, two_errors_then_ok));
@@ -930,6 +1086,30 @@ TEST_CASE("rpc mode: abort_retry in the backoff ends the chain with Retry cancel
     CHECK(p.call("ar2", "abort_retry").at("success") == true);  // idle: no effect, still answered
     p.close_stdin();
     CHECK(p.at_eof());
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: a plain prompt during the backoff is accepted, joins, and retries now",
+          "[rpc][process][retry][issue-26]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
+    rpc_process p(env,
+                  fa({}, R"([{"error":"503 Service Unavailable","status":503},{"text":"Both"}])"));
+    p.next();
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("auto_retry_start");
+    const auto from = p.position();
+    CHECK(p.call("p2", "prompt", {{"message", "one more thing"}}) ==
+          obj(R"({"id":"p2","type":"response","command":"prompt","success":true})"));
+    p.next_of("agent_settled");  // long before the 20 s wait would have ended
+    CHECK(brief(p.since(from)) == strings{"message_start:user", "message_end:user", "agent_start",
+                                          "turn_start", "message_start:assistant",
+                                          "message_end:assistant:stop", "auto_retry_end{ok,1}",
+                                          "turn_end", "agent_end{final}", "agent_settled"});
+    auto msgs = p.call("m", "get_messages").at("data").at("messages").as_array();
+    REQUIRE(msgs.size() == 3);
+    CHECK(msgs[1].at("role") == "user");
+    CHECK(p.call("s", "get_state").at("data").at("isRetrying") == false);
+    p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }
 
@@ -1054,7 +1234,7 @@ fs::path write_script(const temp_dir& d, const std::string& name, const std::str
 }  // namespace
 
 TEST_CASE(
-    "rpc_client: commands return data or throw the server's error; wait_for_settled after a "
+    "rpc_client: commands return data or throw the server's error, wait_for_settled after a "
     "2-retry chain",
     "[rpc][client]") {
     rpc_env env;
@@ -1200,7 +1380,7 @@ TEST_CASE(
           strings{"auto_retry_start{1}", "auto_retry_end{fail,1}", "agent_settled"});
 }
 
-TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further request is sent",
+TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain, no further request is sent",
           "[rpc][client][spec-5]") {
     // a 20 s backoff: only abort_retry() can end this chain before the test's timeouts
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
@@ -1227,7 +1407,7 @@ TEST_CASE("rpc_client: abort_retry() in a backoff cancels the chain; no further 
     CHECK(run_co(io, c.stop()) == 0);
 }
 
-TEST_CASE("rpc_client: retry_now() ends a backoff; with none it throws the server's error",
+TEST_CASE("rpc_client: retry_now() ends a backoff, with none it throws the server's error",
           "[rpc][client][retry-now]") {
     rpc_env env(R"({"retry":{"baseDelayMs":20000}})");
     asio::io_context io;

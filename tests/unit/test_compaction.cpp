@@ -374,7 +374,7 @@ TEST_CASE("manual compaction with nothing queued emits no agent_settled",
     CHECK(b == strings{"compaction_start", "compaction_end"});
 }
 
-TEST_CASE("resume after a restart reproduces the same context; errored entries stay in the file",
+TEST_CASE("resume after a restart reproduces the same context, errored entries stay in the file",
           "[compaction][resume]") {
     temp_dir dir;
     fs::path file;

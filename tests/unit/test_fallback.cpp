@@ -139,8 +139,7 @@ TEST_CASE("model_fallback: the next usable entry of the chain that lists the cur
     CHECK_FALSE(f.on_usage_limit("c/m3", std::nullopt, t0 + 20, s, all_usable));
 }
 
-TEST_CASE(
-    "model_fallback: the default role covers a model no chain lists; unusable entries are skipped",
+TEST_CASE("model_fallback: the default role covers a model no chain lists, unusable entries are skipped",
     "[fallback]") {
     model_fallback f;
     const auto s = with_chains({{"other", {"x/1"}}, {"default", {"b/m2", "c/m3"}}});
@@ -257,7 +256,7 @@ TEST_CASE("without a usable fallback the usage limit keeps the spec's backoff",
     CHECK(h.of("retry_fallback_succeeded").empty());
 }
 
-TEST_CASE("the fallback that also hits its limit moves down the chain; exhausted chains back off",
+TEST_CASE("the fallback that also hits its limit moves down the chain, exhausted chains back off",
           "[fallback][session][usage-limit]") {
     settings cfg = chain_settings({{"default", {"b/m2", "c/m3"}}});
     cfg.retry.max_retries = 3;
@@ -318,7 +317,7 @@ TEST_CASE("the primary comes back once its cooldown expired, unless the revert p
     }
 }
 
-TEST_CASE("set_model switches the next request; unknown models are refused",
+TEST_CASE("set_model switches the next request, unknown models are refused",
           "[fallback][session][set-model]") {
     fallback_fixture f(R"([{"text":"a"}])", R"([{"text":"b"}])", "[]", settings{});
     auto& h = *f.h;

@@ -10,9 +10,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -119,7 +121,7 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     CHECK(again.history.messages().size() == 2);
 }
 
-TEST_CASE("an unknown entry type loads with a warning; a non-session file is refused",
+TEST_CASE("an unknown entry type loads with a warning, a non-session file is refused",
           "[history]") {
     temp_dir dir;
     auto file = dir.path / "s.jsonl";
@@ -271,13 +273,126 @@ TEST_CASE("session file limits: an over-long line is skipped, an over-large file
     CHECK(session_history::load(file).history.entries().size() ==
           2);  // default limits: 64 MiB a line
 
-    limits = {};
-    limits.max_file_bytes = 200;
-    CHECK_THROWS_WITH(
-        session_history::load(file, limits),
-        file.string() + ": session file exceeds the limit of 200 bytes (0 MiB); not loaded");
-    CHECK(session_file_limits{}.max_file_bytes == 256u * 1024 * 1024);
     CHECK(session_file_limits{}.max_line_bytes == 64u * 1024 * 1024);
+}
+
+TEST_CASE("issue 16 item 2: a session file has no size limit, it is read line by line",
+          "[history][limits]") {
+    // 300 MiB (more than the old 256 MiB file limit) without writing them: a sparse file whose
+    // hole is one line of NUL bytes, longer than the line limit, then an entry. The long line is
+    // skipped without being buffered, the entry after it is loaded.
+    temp_dir dir;
+    const fs::path file = dir.path / "big.jsonl";
+    const std::string entry =
+        R"({"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":"after the hole"}})"
+        "\n";
+    const std::size_t hole = std::size_t{300} * 1024 * 1024;
+    write_text(file, std::string(header_line));
+    {
+        const int fd = ::open(file.c_str(), O_WRONLY);
+        REQUIRE(fd >= 0);
+        REQUIRE(::ftruncate(fd, static_cast<off_t>(std::string(header_line).size() + hole)) == 0);
+        REQUIRE(::lseek(fd, 0, SEEK_END) > 0);
+        const std::string rest = "\n" + entry;
+        REQUIRE(::write(fd, rest.data(), rest.size()) == static_cast<ssize_t>(rest.size()));
+        ::close(fd);
+    }
+    auto loaded = session_history::load(file);
+    REQUIRE(loaded.warnings.size() == 1);
+    CHECK(loaded.warnings[0] == file.string() + ":2: line of " + std::to_string(hole) +
+                                    " bytes exceeds the limit of 67108864 bytes (64 MiB); skipped");
+    REQUIRE(loaded.history.entries().size() == 1);
+    CHECK(text_of(*loaded.history.entries()[0].msg) == "after the hole");
+}
+
+TEST_CASE("issue 16 item 2: an entry longer than the line limit is written cut, with a marker, "
+    "the file loads",
+    "[history][limits]") {
+    CHECK(not_stored_marker(12) == "\u2026[12 bytes not stored]");
+    temp_dir dir;
+    fs::path file;
+    const std::string big(10000, 'x');
+    {
+        auto h = session_history::create_file(dir.path, "/w");
+        h.set_max_line_bytes(4096);
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message("short"))));
+        REQUIRE_FALSE(h.append_message(std::make_shared<message>(make_user_message(big))));
+        // control characters serialise to 6 bytes each: the cut counts serialised bytes
+        REQUIRE_FALSE(h.append_message(
+            std::make_shared<message>(make_user_message(std::string(3000, '\x01')))));
+        file = *h.file();
+        CHECK(text_of(*h.entries()[1].msg) == big);  // in memory the whole text
+    }
+    std::ifstream in(file);
+    std::size_t longest = 0;
+    for (std::string line; std::getline(in, line);) longest = std::max(longest, line.size());
+    CHECK(longest <= 4096);
+    session_file_limits limits;
+    limits.max_line_bytes = 4096;
+    auto loaded = session_history::load(file, limits);
+    CHECK(loaded.warnings.empty());
+    REQUIRE(loaded.history.entries().size() == 3);
+    CHECK(text_of(*loaded.history.entries()[0].msg) == "short");
+    const std::string cut = text_of(*loaded.history.entries()[1].msg);
+    const auto marker = cut.find("\u2026[");
+    REQUIRE(marker != std::string::npos);
+    CHECK(cut.substr(0, marker) == std::string(marker, 'x'));
+    CHECK(cut.substr(marker) == not_stored_marker(big.size() - marker));
+    const std::string cut2 = text_of(*loaded.history.entries()[2].msg);
+    CHECK_THAT(cut2, Catch::EndsWith(" bytes not stored]"));
+    // fit_message on its own: a tool call's arguments give way too
+    message m;
+    m.role = message_role::assistant;
+    tool_call_block c;
+    c.id = "c1";
+    c.name = "write";
+    c.arguments["content"] = std::string(5000, 'y');
+    m.content.emplace_back(std::move(c));
+    const message fitted = fit_message(m, 1000);
+    std::string line;
+    append_json(line, fitted);
+    CHECK(line.size() <= 1000);
+    const auto& args = std::get<tool_call_block>(fitted.content.at(0)).arguments;
+    CHECK(args.at("\u2026").as_string().ends_with(" bytes not stored]"));
+}
+
+namespace {
+
+// An endless stream of 'x' without a newline (a huge file that is one line), counting the
+// bytes it gave out.
+struct endless_line : std::streambuf {
+    std::array<char, 4096> chunk;
+    std::size_t given = 0;
+    std::size_t cap;
+    explicit endless_line(std::size_t c) : cap(c) { chunk.fill('x'); }
+    int_type underflow() override {
+        if (given >= cap) return traits_type::eof();
+        given += chunk.size();
+        setg(chunk.data(), chunk.data(), chunk.data() + chunk.size());
+        return traits_type::to_int_type(chunk[0]);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("issue 16 item 4: --continue's scan reads a bounded first line", "[history][limits]") {
+    CHECK(session_header_max_bytes == 64u * 1024);
+    std::istringstream ok(std::string(header_line) + "{\"type\":\"label\"}\n");
+    CHECK(read_first_line(ok, session_header_max_bytes) ==
+          std::string(header_line).substr(0, std::string(header_line).size() - 1));
+    std::istringstream empty;
+    CHECK_FALSE(read_first_line(empty, 100));
+    std::istringstream last("no newline");
+    CHECK(read_first_line(last, 100) == "no newline");
+    std::istringstream at("0123456789\n");
+    CHECK(read_first_line(at, 10) == "0123456789");
+    std::istringstream over("0123456789\n");
+    CHECK_FALSE(read_first_line(over, 9));
+    // a 256 MiB line (the issue's 2 GB file without a newline): at most the bound is read
+    endless_line huge(std::size_t{256} * 1024 * 1024);
+    std::istream in(&huge);
+    CHECK_FALSE(read_first_line(in, session_header_max_bytes));
+    CHECK(huge.given <= session_header_max_bytes + 2 * 4096);
 }
 
 TEST_CASE("fixed findings 1 and 9: numbers beyond a double or int64 in a session file",
@@ -326,9 +441,8 @@ struct umask_scope {
 
 }  // namespace
 
-TEST_CASE(
-    "issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
-    "the umask; existing directories are left alone",
+TEST_CASE("issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
+    "the umask, existing directories are left alone",
     "[history][issue-17]") {
     for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
         INFO("umask " << std::oct << mask);
@@ -429,8 +543,7 @@ TEST_CASE(
     for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
 }
 
-TEST_CASE(
-    "issue 17 item 2: a session file is locked for the life of its session; a second opener is "
+TEST_CASE("issue 17 item 2: a session file is locked for the life of its session, a second opener is "
     "refused naming the process that holds it",
     "[history][issue-17]") {
     temp_dir dir;

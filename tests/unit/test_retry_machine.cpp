@@ -149,8 +149,7 @@ TEST_CASE(
     }
 }
 
-TEST_CASE(
-    "retry machine: success after a retry ends with success at message_end; chain until agent_end",
+TEST_CASE("retry machine: success after a retry ends with success at message_end, chain until agent_end",
     "[retry][spec-3]") {
     retry_machine m;
     auto e = error_msg("503");
@@ -217,7 +216,7 @@ TEST_CASE(
     CHECK(d.end->final_error == "Retry cancelled");
 }
 
-TEST_CASE("retry machine: retry_now ends a wait as if it elapsed; only while a wait runs",
+TEST_CASE("retry machine: retry_now ends a wait as if it elapsed, only while a wait runs",
           "[retry][retry-now]") {
     auto e = error_msg("503");
     retry_machine m;
@@ -278,7 +277,7 @@ TEST_CASE("retry machine: abort() stops a new retry from starting", "[retry][spe
     CHECK(m.on_agent_end(&e, retryable(), {}).will_retry);
 }
 
-TEST_CASE("retry machine: usage-limit decisions carry the hint; a switch forces delay 0",
+TEST_CASE("retry machine: usage-limit decisions carry the hint, a switch forces delay 0",
           "[retry][spec-3]") {
     retry_machine m;
     auto e = error_msg("usage limit reached");

@@ -93,6 +93,21 @@ struct fixture {
     run_action run(message_ptr last, error_kind k = error_kind::none) {
         return run(ended(std::move(last), k));
     }
+    /// A prompt whose first attempt failed retryably and whose retry 1 now streams.
+    void retrying() {
+        policy.begin_prompt();
+        run(failed(), error_kind::retryable);
+        policy.on_wait_done(true, false, out);
+        out.take();
+    }
+    /// A prompt whose first attempt hit a usage limit, and no credential switched.
+    run_action no_credential(bool can_fall_back) {
+        policy.begin_prompt();
+        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
+        in.can_fall_back = can_fall_back;
+        REQUIRE(run(std::move(in)).what == kind::switch_credential);
+        return policy.on_credential_switch(false, s, out);
+    }
 };
 
 }  // namespace
@@ -186,7 +201,7 @@ TEST_CASE("run policy §1.3: a chain that just ended in failure is not compacted
     CHECK(f.out.take() == strings{"agent_end{final}", "auto_retry_end{fail,1,400 bad request}"});
 }
 
-TEST_CASE("run policy §1.7: one overflow recovery per prompt; §1.5 the continue",
+TEST_CASE("run policy §1.7: one overflow recovery per prompt, §1.5 the continue",
           "[run_policy][spec-1]") {
     fixture f;
     f.policy.begin_prompt();
@@ -222,10 +237,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
           "[run_policy][spec-3][spec-5][spec-7]") {
     SECTION("§3.E1 success") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         f.run(ok());
         CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
         CHECK(f.policy.result().outcome == prompt_result::status::succeeded);
@@ -277,10 +289,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
     SECTION("§3.E4 abort_retry while a retried attempt streams: that attempt is aborted (§5.4)") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         const control_effect e = f.policy.abort_retry();
         CHECK_FALSE(e.cancel_wait);
         CHECK(e.abort_stream);
@@ -294,20 +303,14 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
     SECTION("§3.E5 a non-retryable error ends the chain with that error") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         CHECK(f.run(failed("401 unauthorized"), error_kind::none).what == kind::settle);
         CHECK(f.out.take() ==
               strings{"agent_end{final}", "auto_retry_end{fail,1,401 unauthorized}"});
     }
     SECTION("§3.E6 a retried attempt overflows: the end, then the compaction path") {
         fixture f;
-        f.policy.begin_prompt();
-        f.run(failed(), error_kind::retryable);
-        f.policy.on_wait_done(true, false, f.out);
-        f.out.take();
+        f.retrying();
         const run_action a = f.run(failed("prompt is too long"), error_kind::context_overflow);
         CHECK(f.out.take() ==
               strings{"agent_end{final}", "auto_retry_end{fail,1,prompt is too long}"});
@@ -328,7 +331,7 @@ TEST_CASE("run policy §3.E: every chain ending, its event and the prompt's resu
     }
 }
 
-TEST_CASE("run policy §3.2, §4.7: no chain, no retry events; maxRetries 0 ends without a start",
+TEST_CASE("run policy §3.2, §4.7: no chain, no retry events, maxRetries 0 ends without a start",
           "[run_policy][spec-3][spec-4]") {
     fixture f;
     f.s.retry.enabled = false;
@@ -361,7 +364,7 @@ TEST_CASE("run policy §5.5: abort_retry with no retry pending does nothing",
     CHECK(f.policy.retry_now());  // a backoff runs now
 }
 
-TEST_CASE("run policy: retry_now ends the wait as if it had elapsed; not after abort_retry",
+TEST_CASE("run policy: retry_now ends the wait as if it had elapsed, not after abort_retry",
           "[run_policy][spec-5]") {
     fixture f;
     f.policy.begin_prompt();
@@ -403,22 +406,14 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("no credential, no catalog: the spec's backoff") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = false;
-        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
-        const run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        const run_action a = f.no_credential(false);
         CHECK(a.what == kind::wait);
         CHECK(a.delay_ms == 2000);
     }
     SECTION("no credential, a fallback model: switch at once, report its success once (§9.10)") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        REQUIRE(f.run(std::move(in)).what == kind::switch_credential);
-        run_action a = f.policy.on_credential_switch(false, f.s, f.out);
+        run_action a = f.no_credential(true);
         REQUIRE(a.what == kind::switch_model);
         CHECK(f.out.take().empty());
         a = f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s,
@@ -437,11 +432,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("a fallback whose chain was cancelled reports no success later") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        f.run(std::move(in));
-        f.policy.on_credential_switch(false, f.s, f.out);
+        f.no_credential(true);
         f.policy.on_model_switch(retry_fallback_applied_event{"p/m", "q/n", "default"}, f.s, f.out);
         f.policy.abort_retry();
         f.policy.on_wait_done(false, false, f.out);
@@ -456,11 +447,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     SECTION("no fallback model found: the backoff") {
         fixture f;
         f.s = chains();
-        f.policy.begin_prompt();
-        run_end in = ended(failed("usage limit reached"), error_kind::usage_limit);
-        in.can_fall_back = true;
-        f.run(std::move(in));
-        REQUIRE(f.policy.on_credential_switch(false, f.s, f.out).what == kind::switch_model);
+        REQUIRE(f.no_credential(true).what == kind::switch_model);
         const run_action a = f.policy.on_model_switch(std::nullopt, f.s, f.out);
         CHECK(a.delay_ms == 2000);
         CHECK(f.out.take() ==
@@ -468,7 +455,7 @@ TEST_CASE("run policy §3.7, §11.14: usage limit — credential first, then mod
     }
 }
 
-TEST_CASE("run policy §7: queued messages run before the settle; one result per prompt",
+TEST_CASE("run policy §7: queued messages run before the settle, one result per prompt",
           "[run_policy][spec-7][spec-5]") {
     SECTION("a follow-up: run_queued, then the next prompt runs; the settle has a result") {
         fixture f;
@@ -621,4 +608,99 @@ TEST_CASE("retry machine: the chain ending is a value (§3.E)", "[run_policy][sp
     CHECK(m.on_wait_done(false).ending == chain_end::cancelled_waiting);
     s.max_retries = 0;
     CHECK(m.on_agent_end(&err, of(error_kind::retryable), s).ending == chain_end::exhausted);
+}
+
+TEST_CASE("run policy §7.6: a user message during a backoff ends the wait, the chain goes on",
+          "[run_policy][spec-7]") {
+    fixture f;
+    f.policy.begin_prompt();
+    CHECK_FALSE(f.policy.backoff_running());  // a first attempt streams
+    f.run(failed(), error_kind::retryable);
+    f.out.take();
+    REQUIRE(f.policy.backoff_running());
+    CHECK(f.policy.retry_now());
+    // the cancelled timer resumes: no end, the next attempt is the chain's retry 1
+    CHECK(f.policy.on_wait_done(false, false, f.out).what == kind::run);
+    CHECK(f.out.take().empty());
+    CHECK(f.policy.machine().attempt() == 1);
+    CHECK_FALSE(f.policy.backoff_running());
+    f.run(ok());
+    CHECK(f.out.take() == strings{"auto_retry_end{ok,1}", "agent_end{final}"});
+    // after abort_retry() a message cannot join: the wait stays cancelled
+    fixture g;
+    g.policy.begin_prompt();
+    g.run(failed(), error_kind::retryable);
+    g.policy.abort_retry();
+    CHECK_FALSE(g.policy.backoff_running());
+    CHECK_FALSE(g.policy.retry_now());
+}
+
+// ---- the parts agent_session and rpc_client are made of ------------------------------------
+
+#include <coagent/runtime/latch.hpp>
+#include <coagent/runtime/listener_list.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+TEST_CASE("listener_list: order, removal and addition during dispatch, guarded subscriptions",
+          "[parts]") {
+    listener_list<int> list;
+    std::vector<std::string> calls;
+    subscription b;
+    subscription added;
+    subscription a = list.add([&](int v) {
+        calls.push_back("a" + std::to_string(v));
+        b.reset();  // removes a later listener while dispatching: it is not called
+        if (v == 1) added = list.add([&](int w) { calls.push_back("new" + std::to_string(w)); });
+    });
+    b = list.add([&](int v) { calls.push_back("b" + std::to_string(v)); });
+    list.dispatch(1);
+    // a listener added during a dispatch is called in that dispatch, after the others
+    CHECK(calls == std::vector<std::string>{"a1", "new1"});
+    calls.clear();
+    a.reset();
+    list.dispatch(2);
+    CHECK(calls == std::vector<std::string>{"new2"});
+    CHECK_FALSE(list.empty());
+    added.reset();
+    CHECK(list.empty());
+
+    // a guarded subscription may outlive its list
+    subscription late;
+    {
+        auto owner = std::make_shared<listener_list<int>>();
+        late = owner->add([](int) {}, std::weak_ptr<void>(owner));
+    }
+    late.reset();  // the list is gone: nothing happens (ASan would catch a use after free)
+}
+
+TEST_CASE("latch: a wake before the wait is kept, wait_for reports a timeout", "[parts]") {
+    boost::asio::io_context io;
+    latch early(io.get_executor());
+    early.wake();
+    bool woke = false;
+    // named: the coroutine refers to the closure's captures, which must outlive io.run()
+    const auto wait_early = [&]() -> boost::asio::awaitable<void> {
+        co_await early.wait();
+        woke = true;
+    };
+    boost::asio::co_spawn(io, wait_early, [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    io.run();
+    CHECK(woke);
+
+    io.restart();
+    latch never(io.get_executor());
+    std::optional<bool> timed_out;
+    const auto wait_never = [&]() -> boost::asio::awaitable<void> {
+        timed_out = co_await never.wait_for(std::chrono::milliseconds(1));
+    };
+    boost::asio::co_spawn(io, wait_never, [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    io.run();
+    CHECK(timed_out == true);
+    CHECK_FALSE(never.woken());
 }

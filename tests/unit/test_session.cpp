@@ -32,6 +32,14 @@ strings roles(const faux_request& r) {
     for (const auto& m : r.messages) out.push_back(m.role);
     return out;
 }
+strings roles_of(const std::vector<message_ptr>& ms) {
+    strings out;
+    for (const auto& m : ms)
+        out.push_back(m->role == message_role::user        ? "user"
+                      : m->role == message_role::assistant ? "assistant"
+                                                           : "toolResult");
+    return out;
+}
 
 }  // namespace
 
@@ -729,7 +737,7 @@ TEST_CASE("usage limit without another credential keeps the exponential backoff"
     REQUIRE(h.done());
 }
 
-TEST_CASE("isRetrying reports the lifecycle; prompt waits for the chain (§7, §8)",
+TEST_CASE("isRetrying reports the lifecycle, prompt waits for the chain (§7, §8)",
           "[session][spec-7][spec-8]") {
     harness h(two_errors_then_ok);
     std::vector<std::pair<std::string, bool>> seen;
@@ -766,7 +774,7 @@ TEST_CASE("the trailing error leaves the runtime context after auto_retry_start 
     CHECK(h.session->messages().size() == 1);
 }
 
-TEST_CASE("events reach extensions in load order; a throwing extension is reported, not fatal",
+TEST_CASE("events reach extensions in load order, a throwing extension is reported, not fatal",
           "[session][spec-9][extensions]") {
     std::vector<std::string> order;
     harness h(two_errors_then_ok, settings{}, [](session_options&) {});
@@ -792,8 +800,7 @@ TEST_CASE("events reach extensions in load order; a throwing extension is report
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE(
-    "tool calls: toolUse -> execute -> toolResult -> next turn; a retry continues from the "
+TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
     "toolResult",
     "[session][tools]") {
     harness h(
@@ -822,21 +829,35 @@ TEST_CASE(
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("a prompt while busy: refused without a behaviour, queued with followUp or steer",
-          "[session][busy]") {
-    harness h(two_errors_then_ok);
+TEST_CASE("a prompt while a request streams: refused without a behaviour", "[session][busy]") {
+    harness h(R"([{"text":"one two three four","stallMs":3000}])");
     h.prompt("hi");
-    std::optional<prompt_result> refused, follow, steer;
+    h.run_ready();
+    REQUIRE(h.session->is_streaming());
+    std::optional<prompt_result> refused;
     h.prompt_into("again", streaming_behavior::none, refused);
     REQUIRE(refused);
     CHECK(refused->outcome == prompt_result::status::refused);
-    CHECK(refused->error.find("streamingBehavior") != std::string::npos);
+    CHECK(refused->error == agent_session::busy_message);
+    CHECK_FALSE(h.session->can_join_backoff());
+    h.advance(3000ms);
+    REQUIRE(h.done());
+    CHECK(h.requests().size() == 1);  // the refused message went nowhere
+}
+
+TEST_CASE("during a backoff: followUp and steer queued (steer joins without ending the wait)",
+          "[session][busy][issue-26]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    std::optional<prompt_result> follow, steer;
     h.prompt_into("steered", streaming_behavior::steer, steer);
     h.prompt_into("later", streaming_behavior::follow_up, follow);
     CHECK(h.session->pending_message_count() == 2);
     CHECK_FALSE(steer);
-    h.advance(2000ms);  // retry 1: the steer joins the context before this request
-    h.advance(4000ms);  // retry 2 succeeds, then the follow-up runs
+    h.advance(1999ms);
+    CHECK(h.requests().size() == 1);  // the steer does not end the wait
+    h.advance(1ms);                   // retry 1: the steer joins the context before this request
+    h.advance(4000ms);                // retry 2 succeeds, then the follow-up runs
     REQUIRE(h.done());
     REQUIRE(follow);
     REQUIRE(steer);
@@ -847,6 +868,105 @@ TEST_CASE("a prompt while busy: refused without a behaviour, queued with followU
     CHECK(roles(reqs[3]) == strings{"user", "user", "assistant", "user"});
     CHECK(reqs[3].messages[3].text == "later");
     CHECK(h.of("agent_settled").size() == 1);
+}
+
+TEST_CASE("a plain prompt during a backoff joins the conversation and goes out at once",
+          "[session][busy][issue-26]") {
+    harness h(two_errors_then_ok);
+    h.prompt("hi");
+    h.advance(2000ms);  // retry 1 fails: a 4 s wait begins at virtual 2 s
+    REQUIRE(h.of("auto_retry_start").size() == 2);
+    h.advance(1000ms);  // virtual 1 s into the 4 s wait
+    REQUIRE(h.session->can_join_backoff());
+    const std::size_t before = h.events.size();
+    std::optional<prompt_result> joined;
+    h.prompt_into("and one more thing", streaming_behavior::none, joined);
+    h.run_ready();  // no time passes
+    auto reqs = h.requests();
+    REQUIRE(reqs.size() == 3);  // the next attempt went out at once
+    CHECK(roles(reqs[2]) == strings{"user", "user"});
+    CHECK(reqs[2].messages[0].text == "hi");
+    CHECK(reqs[2].messages[1].text == "and one more thing");
+    REQUIRE(h.done());
+    REQUIRE(joined);
+    // the joined message's events right after it was accepted, then the attempt's; the chain
+    // goes on as a chain: no new start, its success ends it at attempt 2
+    const std::vector<json::object> after(h.events.begin() + static_cast<std::ptrdiff_t>(before),
+                                          h.events.end());
+    CHECK(brief(after) == strings{"message_start:user", "message_end:user", "agent_start",
+                                  "turn_start", "message_start:assistant",
+                                  "message_end:assistant:stop", "auto_retry_end{ok,2}", "turn_end",
+                                  "agent_end{final}", "agent_settled"});
+    CHECK(h.of("auto_retry_start").size() == 2);
+    CHECK(h.of("agent_settled").size() == 1);
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(joined->outcome == prompt_result::status::succeeded);
+    CHECK(joined->last_assistant == h.result->last_assistant);
+    // persisted: the session's context and history hold both user messages
+    CHECK(roles_of(h.session->messages()) == strings{"user", "user", "assistant"});
+}
+
+TEST_CASE(
+    "a prompt joined to a backoff whose next attempt fails: the chain goes on or ends as usual",
+    "[session][busy][issue-26]") {
+    settings s;
+    s.retry.max_retries = 2;
+    harness h(R"([{"error":"503 Service Unavailable","status":503,"times":3}])", s);
+    h.prompt("hi");
+    h.advance(500ms);
+    std::optional<prompt_result> joined;
+    h.prompt_into("more", streaming_behavior::none, joined);
+    h.run_ready();
+    REQUIRE(h.requests().size() == 2);  // attempt 1 of the chain at once
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 2);  // it failed: the next backoff, retry 2, 4 s
+    CHECK(starts[1].at("attempt") == 2);
+    CHECK(starts[1].at("delayMs") == 4000);
+    h.advance(4000ms);
+    REQUIRE(h.done());
+    REQUIRE(joined);
+    CHECK(
+        h.of("auto_retry_end")[0] ==
+        obj(R"({"type":"auto_retry_end","success":false,"attempt":2,"finalError":"503 Service Unavailable"})"));
+    CHECK(joined->outcome == prompt_result::status::failed);
+    CHECK(h.result->outcome == prompt_result::status::failed);
+    CHECK(h.of("agent_settled").size() == 1);
+}
+
+TEST_CASE("a prompt after abort_retry() in the backoff is not joined, cancelling a joined prompt "
+    "aborts the chain",
+    "[session][busy][issue-26]") {
+    {
+        harness h(two_errors_then_ok);
+        h.prompt("hi");
+        h.session->abort_retry();
+        CHECK_FALSE(h.session->can_join_backoff());
+        CHECK_FALSE(h.session->join_backoff("too late"));
+        h.run_ready();
+        REQUIRE(h.done());
+        CHECK(h.result->error == "Retry cancelled");
+        CHECK(h.requests().size() == 1);
+    }
+    {
+        harness h(
+            R"([{"error":"503 Service Unavailable","status":503},{"text":"x","stallMs":5000}])");
+        h.prompt("hi");
+        std::optional<prompt_result> joined;
+        asio::cancellation_signal cancel;
+        asio::co_spawn(
+            h.io, h.session->prompt("more"),
+            asio::bind_cancellation_slot(cancel.slot(),
+                                         [&](std::exception_ptr, prompt_result r) { joined = r; }));
+        h.run_ready();
+        REQUIRE(h.requests().size() == 2);
+        REQUIRE(h.session->is_streaming());
+        cancel.emit(asio::cancellation_type::terminal);
+        h.run_ready();
+        REQUIRE(h.done());
+        REQUIRE(joined);
+        CHECK(h.result->outcome == prompt_result::status::aborted);
+        CHECK(joined->outcome == prompt_result::status::aborted);
+    }
 }
 
 TEST_CASE("every message is persisted before listeners see its message_end", "[session][history]") {
@@ -906,7 +1026,7 @@ TEST_CASE("huge baseDelayMs saturates instead of overflowing", "[session][spec-4
     CHECK(h.done());
 }
 
-TEST_CASE("async_prompt: any completion token; a bound cancellation slot aborts the retry chain",
+TEST_CASE("async_prompt: any completion token, a bound cancellation slot aborts the retry chain",
           "[session][embedding]") {
     harness h(two_errors_then_ok);
     asio::cancellation_signal cancel;
@@ -971,7 +1091,7 @@ TEST_CASE("prompt() raced against a deadline with awaitable operators ends the t
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("async_prompt: the handler runs on its associated executor; a late cancel has no effect",
+TEST_CASE("async_prompt: the handler runs on its associated executor, a late cancel has no effect",
           "[session][embedding]") {
     harness h(R"([{"text":"one"},{"text":"two"}])");
     asio::io_context other;

@@ -168,6 +168,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"compaction.keepRecentTokens", "integer", 20000},
         {"provider.connectTimeoutMs", "integer", 10000},
         {"provider.streamIdleTimeoutMs", "integer", 120000},
+        {"provider.attemptTimeoutMs", "integer", 600000},
         {"telemetry.traceFile", "string", ""},
     };
     const auto schema = coagent::settings_schema();

@@ -196,8 +196,10 @@ asio::awaitable<void> run_prompt(probe* p, std::string text, streaming_behavior 
         if (p->settled < it->second + 1)
             p->fail("a prompt completed before its busy period settled");
     } else {
-        if (b == streaming_behavior::none)
-            p->fail("a prompt was neither refused nor started a busy period");
+        // a plain prompt that neither was refused nor started a period joined a backoff
+        // (issue 26): its message is in the conversation
+        if (b == streaming_behavior::none && !ran)
+            p->fail("a prompt joined a backoff but its message never appeared: " + text);
         if (p->settled < settled_at_call + 1)
             p->fail("a queued prompt completed before any agent_settled");
     }

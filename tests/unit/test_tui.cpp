@@ -130,7 +130,7 @@ struct driver {
 
 // ---- policy §6: the loader and the Esc handler ------------------------------------------------
 
-TEST_CASE("tui: Enter on an empty editor retries now while the retry loader shows",
+TEST_CASE("tui: Enter during the retry loader: empty retries now, text joins the backoff",
           "[tui][retry-now]") {
     REQUIRE(utf8_locale);
     driver d;
@@ -145,12 +145,18 @@ TEST_CASE("tui: Enter on an empty editor retries now while the retry loader show
           std::string::npos);
     // the loader keeps the policy's text
     CHECK(d.c.loader_text() == "Retrying (1/3) in 2s\u2026 (esc to cancel)");
-    // text typed during the backoff is still a queued follow-up, not a retry-now
+    // text typed during the backoff joins it and retries now (issue 26): not queued
     auto q = d.c.on_enter("later");
     CHECK(q.type == tui_command::kind::submit);
-    CHECK(q.queued);
+    CHECK(q.join);
+    CHECK_FALSE(q.queued);
+    CHECK(d.c.queued().empty());
     d.ev(agent_start_event{});
     CHECK(d.c.on_enter("").type == tui_command::kind::none);  // the retry runs: nothing
+    // while the retried attempt streams, text is a queued follow-up again
+    auto f = d.c.on_enter("after");
+    CHECK(f.queued);
+    CHECK_FALSE(f.join);
 }
 
 TEST_CASE(
@@ -325,8 +331,7 @@ TEST_CASE("every place that shows a wait uses format_wait (issue 15)", "[wait]")
     CHECK(*d.c.next_wakeup() == t0 + 62'000ms);
 }
 
-TEST_CASE(
-    "print mode's stderr lines are sanitised as the TUI does; an empty error names its status",
+TEST_CASE("print mode's stderr lines are sanitised as the TUI does, an empty error names its status",
     "[print][issue-15]") {
     const std::string hostile =
         "500 bad \x1b[31mred\x1b]0;title\x07 \x9b"
@@ -363,8 +368,7 @@ TEST_CASE(
     CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: Unknown error");
 }
 
-TEST_CASE(
-    "tui: Esc during the loader cancels the retry; the failure line; the input is usable after") {
+TEST_CASE("tui: Esc during the loader cancels the retry, the failure line, the input is usable after") {
     driver d;
     d.start_prompt("hi");
     d.failed_attempt("503 Service Unavailable", true);
@@ -448,7 +452,7 @@ TEST_CASE("tui: a retry end with no final error says Unknown error") {
           std::vector<std::string>{"Retry failed after 1 attempts: Unknown error"});
 }
 
-TEST_CASE("tui: Esc while streaming aborts; idle Esc does nothing") {
+TEST_CASE("tui: Esc while streaming aborts, idle Esc does nothing") {
     driver d;
     CHECK(d.c.on_escape().type == tui_command::kind::none);
     d.start_prompt("write a long story");
@@ -525,7 +529,7 @@ TEST_CASE("tui: blank Enter does nothing") {
     CHECK_FALSE(d.c.busy());
 }
 
-TEST_CASE("tui: Ctrl+C clears the input, twice in a row exits; Ctrl+D exits on an empty input") {
+TEST_CASE("tui: Ctrl+C clears the input, twice in a row exits, Ctrl+D exits on an empty input") {
     tui_controller c;
     CHECK(c.on_ctrl_c(false).type == tui_command::kind::clear_input);
     CHECK(c.status_text() == "Press Ctrl+C again to exit");
@@ -656,7 +660,7 @@ TEST_CASE("tui text: UTF-8 decoding replaces every invalid sequence with one U+F
     CHECK(tui::incomplete_utf8_tail("\xf0\x9f\x98") == 3);
 }
 
-TEST_CASE("tui text: display width of CJK, emoji, combining marks; controls are made safe") {
+TEST_CASE("tui text: display width of CJK, emoji, combining marks, controls are made safe") {
     REQUIRE(utf8_locale);
     CHECK(tui::char_width(U'a') == 1);
     CHECK(tui::char_width(U'\u4e2d') == 2);
@@ -782,8 +786,7 @@ TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
     CHECK_FALSE(k.pending());
 }
 
-TEST_CASE(
-    "tui keys: a lone ESC is an Esc only after the timeout; sequences split across reads are "
+TEST_CASE("tui keys: a lone ESC is an Esc only after the timeout, sequences split across reads are "
     "whole") {
     tui::key_decoder k;
     auto ks = feed(k, {"\x1b"});
@@ -836,7 +839,7 @@ TEST_CASE(
     CHECK_FALSE(k.pending());
 }
 
-TEST_CASE("tui keys: UTF-8 split across reads; invalid bytes become U+FFFD") {
+TEST_CASE("tui keys: UTF-8 split across reads, invalid bytes become U+FFFD") {
     tui::key_decoder k;
     auto ks = feed(k, {"\xe4", "\xb8", "\xad"});
     REQUIRE(ks.size() == 1);
@@ -1156,7 +1159,7 @@ tui::live_input live_of(std::u32string text, std::size_t cursor, int width, int 
 
 }  // namespace
 
-TEST_CASE("tui layout: transcript rows are committed once; the streaming row stays live",
+TEST_CASE("tui layout: transcript rows are committed once, the streaming row stays live",
           "[tui][layout]") {
     tui::transcript_printer p;
     std::vector<transcript_item> items{{kind::user, "hello"}, {kind::assistant, "hi there\n\n "}};

@@ -2,11 +2,13 @@
 // 0.73.1) drives `coagent --mode rpc` through cli.js, on the faux provider:
 //   1. two 503s then success: auto_retry_start attempts 1 and 2, auto_retry_end success,
 //      get_state / get_last_assistant_text through the reference client;
-//   2. abort_retry during a long backoff: auto_retry_end "Retry cancelled", isRetrying false.
+//   2. abort_retry during a long backoff: auto_retry_end "Retry cancelled", isRetrying false;
+//   3. a plain prompt() during a one-minute backoff: accepted, it joins the conversation and the
+//      next attempt goes out at once with both user messages (issue 26).
 // Usage: node interop.mjs CACHE_DIR COAGENT_BIN. Exit 0 on success, 1 with the reason.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -45,14 +47,14 @@ function untilEvent(client, type, timeoutMs = 20000) {
     return p;
 }
 
-async function withClient(settings, script, body) {
+async function withClient(settings, script, body, extraArgs = []) {
     const dir = mkdtempSync(join(tmpdir(), "coagent-interop-"));
     writeFileSync(join(dir, "settings.json"), JSON.stringify(settings));
     const client = new RpcClient({
         cliPath: join(here, "cli.js"),
         cwd: dir,
         env: { COAGENT_BIN: coagentBin, COAGENT_DIR: dir, HOME: dir },
-        args: ["--no-session", "--faux-script", JSON.stringify(script)],
+        args: ["--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
     });
     const events = [];
     try {
@@ -113,7 +115,7 @@ await withClient(
         assert.equal(state.model.id, "faux");
         const stats = await client.getSessionStats();
         assert.equal(stats.assistantMessages, 3);
-        console.log("interop 1/2: two retries then success: ok");
+        console.log("interop 1/3: two retries then success: ok");
     },
 ).catch(report);
 
@@ -132,5 +134,40 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     const state = await client.getState();
     assert.equal(state.isRetrying, false);
     assert.equal(state.retryAttempt, 0);
-    console.log("interop 2/2: abort_retry in the backoff: ok");
+    console.log("interop 2/3: abort_retry in the backoff: ok");
 }).catch(report);
+
+// 3. a plain prompt during the backoff joins the chain and retries now
+{
+    const logDir = mkdtempSync(join(tmpdir(), "coagent-interop-log-"));
+    const log = join(logDir, "requests.jsonl");
+    await withClient(
+        { retry: { baseDelayMs: 60000 } },
+        [{ error: overloaded, status: 503 }, { text: "Both answered" }],
+        async (client, events) => {
+            const started = untilEvent(client, "auto_retry_start");
+            await client.prompt("first question");
+            await started;
+            const settled = untilEvent(client, "agent_settled");
+            // the reference's client ignores a failed response: coagent must accept this one
+            await client.prompt("second question");
+            await settled; // long before the one-minute wait would have ended
+            const users = events
+                .filter((e) => e.type === "message_end" && e.message.role === "user")
+                .map((e) => (typeof e.message.content === "string" ? e.message.content : e.message.content.map((c) => c.text).join("")));
+            assert.deepEqual(users, ["first question", "second question"]);
+            const ends = events.filter((e) => e.type === "auto_retry_end");
+            assert.deepEqual(ends, [{ type: "auto_retry_end", success: true, attempt: 1 }]);
+            assert.equal(events.filter((e) => e.type === "auto_retry_start").length, 1);
+            assert.equal(events.filter((e) => e.type === "agent_settled").length, 1);
+            assert.equal(await client.getLastAssistantText(), "Both answered");
+        },
+        ["--faux-log", log],
+    ).catch(report);
+    const requests = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    assert.equal(requests.length, 2);
+    const roles = requests[1].messages.map((m) => m.role);
+    assert.deepEqual(roles, ["user", "user"]);
+    rmSync(logDir, { recursive: true, force: true });
+    console.log("interop 3/3: a prompt during the backoff joins it and goes out at once: ok");
+}

@@ -12,6 +12,7 @@
 // SIGPIPE: start() sets SIGPIPE to ignored if it is at its default (a write to a child that
 // died would otherwise kill the caller); a write error is reported as an rpc_error instead.
 
+#include <coagent/runtime/listener_list.hpp>
 #include <coagent/session/agent_session.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -74,23 +75,9 @@ class rpc_client {
   public:
     using event_listener = std::function<void(const boost::json::object&)>;
 
-    /// Removes its listener on destruction (RAII). May outlive the client.
-    class subscription {
-      public:
-        subscription() = default;
-        subscription(subscription&&) noexcept = default;
-        subscription& operator=(subscription&& o) noexcept;
-        subscription(const subscription&) = delete;
-        subscription& operator=(const subscription&) = delete;
-        ~subscription() { reset(); }
-        void reset() noexcept;
-
-      private:
-        friend class rpc_client;
-        subscription(std::weak_ptr<impl> p, std::uint64_t id) : p_(std::move(p)), id_(id) {}
-        std::weak_ptr<impl> p_;
-        std::uint64_t id_ = 0;
-    };
+    /// Removes its listener on destruction (RAII). May outlive the client (it then does
+    /// nothing): coagent::subscription with a liveness guard (<coagent/runtime/listener_list.hpp>).
+    using subscription = coagent::subscription;
 
     explicit rpc_client(boost::asio::io_context& io, rpc_client_options opts = {});
     /// Kills a child still running (SIGKILL, reaped) and fails pending operations.

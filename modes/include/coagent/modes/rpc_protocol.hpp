@@ -3,7 +3,7 @@
 // with its size limit, UTF-8 validation, command parsing into typed values, and the response
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
-#include <coagent/session/agent_session.hpp>  // streaming_behavior
+#include <coagent/runtime/streaming_behavior.hpp>
 
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>

@@ -46,12 +46,13 @@ struct transcript_item {
 /// What the interactive shell is asked to do after a key.
 struct tui_command {
     enum class kind {
-        none,            ///< nothing (the key changed only what is shown)
-        edit,            ///< give the key to the line editor
-        abort,           ///< session.abort()
-        abort_retry,     ///< session.abort_retry()
-        retry_now,       ///< session.retry_now(): Enter on an empty editor during a backoff
-        submit,          ///< session.prompt(text, streaming_behavior::follow_up); clear the input
+        none,         ///< nothing (the key changed only what is shown)
+        edit,         ///< give the key to the line editor
+        abort,        ///< session.abort()
+        abort_retry,  ///< session.abort_retry()
+        retry_now,    ///< session.retry_now(): Enter on an empty editor during a backoff
+        submit,  ///< session.prompt(text, streaming_behavior::follow_up), or join_backoff(text)
+                 ///< when `join`; clear the input
         clear_input,     ///< empty the line editor
         exit,            ///< leave (abort a running turn first)
         set_auto_retry,  ///< `/retry on|off` (toggle without an argument): set and persist
@@ -60,6 +61,7 @@ struct tui_command {
     kind type = kind::none;
     std::string text;      ///< submit: the message; set_auto_retry: the command typed
     bool queued = false;   ///< submit: the session is busy, the message runs after the turn
+    bool join = false;     ///< submit during a backoff: the message joins it and retries now
     bool enabled = false;  ///< set_auto_retry: the new value
 };
 

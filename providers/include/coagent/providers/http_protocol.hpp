@@ -4,6 +4,7 @@
 // the error text of a failed response, and the retry hint taken from response headers
 // (policy Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now is a parameter).
 
+#include <coagent/providers/reply_budget.hpp>
 #include <coagent/providers/sse_parser.hpp>
 #include <coagent/session/provider.hpp>
 
@@ -61,11 +62,12 @@ struct error_details {
 /// bytes); an empty body gives "<status> status code (no body)".
 error_details http_error_text(int status, std::string_view body);
 
-/// The most bytes of text and tool-call arguments one streamed reply may carry: 16 MiB. The
-/// longest replies of today's models are about 128k output tokens (well under 1 MiB); the bound
-/// keeps a reply's session-file line (which may be about twice as long once re-serialised) under
-/// session_history's line limit (64 MiB).
-inline constexpr std::size_t default_max_reply_bytes = std::size_t{16} * 1024 * 1024;
+/// The most bytes one streamed reply may hold (reply_budget: text, tool-call names, ids and
+/// arguments, and 256 bytes a content block): 16 MiB. The longest replies of today's models are
+/// about 128k output tokens (well under 1 MiB); the bound keeps a reply's session-file line
+/// (which may be about twice as long once re-serialised) under session_history's line limit
+/// (64 MiB).
+inline constexpr std::size_t default_max_reply_bytes = reply_budget::default_max_bytes;
 
 /// Decodes one streamed reply into an assistant message. Feed it the SSE events in order;
 /// it fills `out` (content, usage, stop reason, error) and reports progress to `observer`.
@@ -84,10 +86,14 @@ class stream_decoder {
 
     state status() const noexcept { return state_; }
 
-    /// The most text and tool-call argument bytes one reply may carry (default_max_reply_bytes);
-    /// beyond it the reply ends as the error "Reply too large: …" (not retryable).
-    void set_max_reply_bytes(std::size_t n) noexcept { max_reply_bytes_ = n; }
-    std::size_t max_reply_bytes() const noexcept { return max_reply_bytes_; }
+    /// The most bytes one reply may hold (default_max_reply_bytes, counted by reply_budget);
+    /// beyond it the reply ends as the error "Reply too large: …" (not retryable). A tool-call
+    /// name over 256 bytes or id over 512 bytes ends it as "Invalid stream data from the
+    /// provider: a tool-call name of N bytes is longer than 256 bytes, …" (not retryable).
+    void set_max_reply_bytes(std::size_t n) noexcept { budget_.set_max_bytes(n); }
+    std::size_t max_reply_bytes() const noexcept { return budget_.max_bytes(); }
+    /// The bytes the reply holds so far, as counted against max_reply_bytes().
+    std::size_t reply_bytes() const noexcept { return budget_.used(); }
 
   protected:
     void fail(message& out, std::string text, std::string type = {});
@@ -99,11 +105,16 @@ class stream_decoder {
     const json::object* parse_event(const sse_event& ev, message& out);
     /// Counts `bytes` more text or argument bytes; false after failing the reply over the limit.
     bool grow(message& out, std::size_t bytes);
+    /// Counts a new content block; false after failing the reply over the limit.
+    bool new_block(message& out);
+    /// Sets a tool call's `field` (its "name" or "id", `what`) to `value` within the field's
+    /// bound and the reply's budget; false after failing the reply.
+    bool set_tool_field(message& out, std::string& field, std::string_view value,
+                        std::string_view what);
 
     state state_ = state::streaming;
     json::value event_;
-    std::size_t reply_bytes_ = 0;
-    std::size_t max_reply_bytes_ = default_max_reply_bytes;
+    reply_budget budget_;
     // tool calls in progress: content index → raw JSON arguments
     std::map<std::size_t, std::string> tool_args_;
 };

@@ -35,6 +35,9 @@ struct http_provider_options {
     std::vector<std::pair<std::string, std::string>> headers;
     std::int64_t connect_timeout_ms = 10000;       ///< provider.connectTimeoutMs
     std::int64_t stream_idle_timeout_ms = 120000;  ///< provider.streamIdleTimeoutMs
+    /// provider.attemptTimeoutMs: the whole attempt (request, headers, every byte of the reply)
+    /// after connecting; past it the attempt fails, retryable ("… (timed out)"). 0 = none.
+    std::int64_t attempt_timeout_ms = 600000;
     /// Extra trusted CA certificates (PEM) besides the system store, e.g. a company proxy's.
     std::optional<std::filesystem::path> ca_file;
     /// Epoch ms, for HTTP-date retry hints. Default: the wall clock.

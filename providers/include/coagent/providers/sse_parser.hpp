@@ -55,6 +55,10 @@ class sse_parser {
     status state() const noexcept { return status_; }
     /// Events dispatched so far.
     std::uint64_t events() const noexcept { return events_; }
+    /// Bytes of the stream that are not comments (nor the blank lines after them) so far: a
+    /// reader's idle timer restarts only when this grows, so `: ping` lines do not keep a
+    /// stalled stream alive.
+    std::uint64_t progress() const noexcept { return progress_; }
 
   private:
     template <typename OnEvent>
@@ -73,6 +77,7 @@ class sse_parser {
     sse_event ev_;              // the event being built
     bool has_data_ = false;     // a data line was seen (the data may still be empty)
     std::uint64_t events_ = 0;
+    std::uint64_t progress_ = 0;
 };
 
 template <typename OnEvent>
@@ -107,6 +112,8 @@ sse_parser::status sse_parser::body(std::string_view bytes, OnEvent& on_event) {
         if (i == std::string_view::npos) {
             if (over_limit(partial_.size() + bytes.size()))
                 return status_ = status::event_too_large;
+            if ((partial_.empty() ? bytes.front() : partial_.front()) != ':')
+                progress_ += bytes.size();
             partial_.append(bytes);
             return status_;
         }
@@ -123,12 +130,15 @@ sse_parser::status sse_parser::body(std::string_view bytes, OnEvent& on_event) {
         bool dispatch;
         if (!partial_.empty()) {
             if (over_limit(partial_.size() + l.size())) return status_ = status::event_too_large;
+            if (partial_.front() != ':') progress_ += l.size() + 1;
             partial_.append(l);
             dispatch = line(partial_);
             partial_.clear();
         } else {
             if (over_limit(l.size())) return status_ = status::event_too_large;
+            if (!l.empty() && l.front() != ':') progress_ += l.size() + 1;
             dispatch = line(l);
+            if (dispatch && l.empty()) ++progress_;  // the blank line that ends an event
         }
         if (status_ != status::ok) return status_;
         if (dispatch) {

@@ -47,6 +47,7 @@ struct compaction_settings {
 struct provider_settings {
     std::int64_t connect_timeout_ms = 10000;       // provider.connectTimeoutMs
     std::int64_t stream_idle_timeout_ms = 120000;  // provider.streamIdleTimeoutMs
+    std::int64_t attempt_timeout_ms = 600000;      // provider.attemptTimeoutMs (0 = off)
 };
 
 struct telemetry_settings {

@@ -12,6 +12,7 @@
 #include <coagent/runtime/event.hpp>
 #include <coagent/runtime/listener_list.hpp>
 #include <coagent/runtime/settings.hpp>
+#include <coagent/runtime/streaming_behavior.hpp>
 #include <coagent/session/auth_storage.hpp>
 #include <coagent/session/compaction.hpp>
 #include <coagent/session/detail/prompt_queue.hpp>
@@ -48,13 +49,6 @@ class logger;
 
 namespace coagent {
 
-/// What a prompt does when the session is busy (streaming or in a retry backoff).
-enum class streaming_behavior {
-    none,       ///< refused with an error that says how to queue
-    steer,      ///< joins the context before the next request
-    follow_up,  ///< runs after the current prompt's work, before it settles
-};
-
 struct session_options {
     boost::asio::any_io_executor executor;
     std::shared_ptr<provider> model_provider;  ///< required
@@ -80,13 +74,14 @@ struct compact_result {
     std::string error;  ///< when !ok (the compaction_end event has the details)
 };
 
-class agent_session {
+class agent_session : private event_sink {
   public:
     using listener = std::function<void(const event&)>;
 
-    /// The refusal text of a prompt sent while busy without a streaming behaviour.
+    /// The refusal text of a prompt sent while a request streams without a streaming behaviour
+    /// (during a backoff such a prompt joins the chain: join_backoff()).
     static constexpr const char* busy_message =
-        "Agent is busy (streaming or waiting to retry). Send the message with streamingBehavior "
+        "Agent is busy (a request is streaming). Send the message with streamingBehavior "
         "\"steer\" (joins the context before the next request) or \"followUp\" (runs after the "
         "current prompt), or wait for agent_settled.";
 
@@ -176,6 +171,15 @@ class agent_session {
     /// false, with no effect, when no backoff is running (also during a retried attempt, or
     /// after abort_retry()).
     bool retry_now();
+    /// A message from the user during a backoff is a reason to try now: when a backoff is
+    /// running, `text` joins the conversation (appended to the context and persisted;
+    /// message_start/message_end(user) are emitted at once), the wait ends as with retry_now()
+    /// and the next attempt's request carries it. Returns false, with no effect, when no
+    /// backoff is running. prompt(text) without a streaming behaviour does this during a
+    /// backoff and completes with the chain's result at its settle; RPC's `prompt` uses it.
+    bool join_backoff(std::string text);
+    /// join_backoff() would succeed now.
+    bool can_join_backoff() const noexcept { return policy_.backoff_running(); }
 
     /// Runtime override of retry.enabled for this session (turning it off does not cancel a
     /// wait in progress).
@@ -257,25 +261,35 @@ class agent_session {
         }
     };
     class observer;
-    class policy_events;
+    // event_sink: the run policy's events go to emit()
+    void operator()(event e) override;
+    event_sink& sink() noexcept { return *this; }
     // what the one loop (perform) carries between the policy's actions
-    struct run_state;  // session/src/session_parts.hpp
+    struct run_state;    // session/src/session_parts.hpp
+    struct run_outcome;  // session/src/session_parts.hpp
+    struct summary_state;
     // the session's one loop: performs the run policy's actions until the busy period settles
     // (a prompt) or the summary request's reply is final (a compaction's summary)
     boost::asio::awaitable<void> perform(run_action a, run_state& st);
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
     boost::asio::awaitable<message_ptr> request_summary(provider_request req);
-    boost::asio::awaitable<void> stream_summary(run_state& st, run_end& out);
+    boost::asio::awaitable<run_action> stream_summary(summary_state& st);
+    // plain parts of the loop (their locals stay out of the coroutine frames)
+    run_action end_run(run_outcome& out);
+    run_action next_queued(run_state& st, bool prompt_over_aborted);
+    void settle(bool has_result);
     boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b,
                                                      std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
                                                            std::uint64_t id);
+    // a prompt whose message joined a backoff: parked until the settle, with the chain's result
+    boost::asio::awaitable<prompt_result> wait_for_settle(std::uint64_t id);
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_end& out);
-    boost::asio::awaitable<void> execute_tools(const message& assistant, run_end& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
     bool has_queued() const noexcept { return !queue_.empty(); }
     void append(message_ptr m);
     void emit(event e);
@@ -314,7 +328,10 @@ class agent_session {
     std::unique_ptr<session_usage> usage_;
     cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
-    prompt_result last_result_;
+    // the result of the latest busy period, for the prompts queued in it; allocated at the first
+    // settle (a session parked in its first backoff stays small)
+    std::unique_ptr<prompt_result> last_result_;
+    prompt_result last_result() const { return last_result_ ? *last_result_ : prompt_result{}; }
 
     std::vector<message_ptr> messages_;
     session_history history_;

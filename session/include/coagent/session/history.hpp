@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,14 +20,32 @@
 
 namespace coagent {
 
-/// Bounds on reading a session file. The defaults: 256 MiB a file (about 64 context windows of
-/// 1M tokens; the file is read whole and kept in memory), 64 MiB a line (one entry: the largest
-/// is a provider's reply, at most 16 MiB of text and tool-call arguments, about twice that once
-/// serialised, or an RPC prompt of at most 16 MiB).
+/// Bounds on a session file: 64 MiB a line (one entry: the largest is a provider's reply, at
+/// most 16 MiB, about twice that once serialised, or an RPC prompt of at most 16 MiB). A file
+/// has no limit of its own: it is read line by line, one line buffered at a time. An entry
+/// that would be longer is written with its content cut (fit_message), so a file coagent
+/// writes always loads.
 struct session_file_limits {
-    std::size_t max_file_bytes = std::size_t{256} * 1024 * 1024;
     std::size_t max_line_bytes = std::size_t{64} * 1024 * 1024;
 };
+
+/// The most bytes of a session file's header line that `--continue`'s scan reads: 64 KiB (a
+/// header holds a type, a version, an id, a timestamp and the cwd, a path of at most 4096
+/// bytes).
+inline constexpr std::size_t session_header_max_bytes = std::size_t{64} * 1024;
+
+/// The first line of `in` (without its LF), reading at most `max_bytes` + 1 bytes of it; nullopt
+/// when it is longer than `max_bytes` or `in` is empty.
+std::optional<std::string> read_first_line(std::istream& in, std::size_t max_bytes);
+
+/// "…[N bytes not stored]": what replaces the end of a text cut to fit a session-file line.
+std::string not_stored_marker(std::size_t bytes);
+
+/// `m` with its content cut so that it serialises to at most `max_bytes`: the largest text
+/// blocks lose their end (on a code-point boundary) and end with not_stored_marker(N), the
+/// largest tool-call arguments become {"…": marker}; a message that still does not fit keeps
+/// one text block, the marker. `m` itself as it is when it fits.
+message fit_message(const message& m, std::size_t max_bytes);
 
 struct history_entry {
     std::string id;         // 8 hex digits
@@ -58,7 +77,7 @@ class session_history {
     /// (or blank) file is an empty session (killed before its first entry): its id is taken
     /// from the file name (<timestamp>_<id>.jsonl) and the header is written with the first
     /// entry. A file that is not a session file (no valid header, or an empty "id"), that
-    /// cannot be read, or that is larger than limits.max_file_bytes throws std::runtime_error
+    /// cannot be read (it is read line by line, whatever its size) throws std::runtime_error
     /// naming the file; so does a file another session holds (`<file>: in use by process
     /// <pid>`), checked before the file is read. Later appends go to the same file, under the
     /// same exclusive flock, released when the history is destroyed.
@@ -70,6 +89,10 @@ class session_history {
         return file_ ? file_->path : none;
     }
     const std::vector<history_entry>& entries() const noexcept { return entries_; }
+
+    /// The longest line append_*() writes (load() takes it from its limits): a longer entry is
+    /// written with its content cut (fit_message). Default session_file_limits{}.max_line_bytes.
+    void set_max_line_bytes(std::size_t n) noexcept { max_line_bytes_ = n; }
 
     /// Appends a message entry (parent = the current leaf); in file mode writes and flushes
     /// the line before returning. An I/O failure is returned, the entry is kept in memory.
@@ -101,6 +124,7 @@ class session_history {
     std::unique_ptr<file_state> file_;
     int fd_ = -1;  // file mode: the session file, O_APPEND, under an exclusive flock
     std::vector<history_entry> entries_;
+    std::size_t max_line_bytes_ = session_file_limits{}.max_line_bytes;
 };
 
 struct session_history::loaded {

@@ -139,10 +139,17 @@ class run_policy {
     /// retry_now(): true when a backoff is running; the session then cancels its timer and the
     /// wait ends as if it had elapsed.
     bool retry_now() noexcept { return machine_.retry_now(); }
+    /// A backoff is running and not cancelled: retry_now() would end it, and a user message
+    /// may join it (§7.6: the session appends it, then calls retry_now()).
+    bool backoff_running() const noexcept {
+        return machine_.waiting() && !machine_.cancel_requested();
+    }
     /// abort() while busy: the retry is cancelled first, then the stream (§5.3).
     control_effect abort() noexcept;
     /// The user chose a model: a fallback's success is not reported any more.
-    void forget_fallback() noexcept { fallback_role_.reset(); }
+    void forget_fallback() noexcept;
+    /// switch_credential / switch_model: the provider of the reply that hit the usage limit.
+    const std::string& limit_provider() const noexcept;
 
     /// The result of the prompt whose runs ended (§7.3).
     prompt_result result() const;
@@ -171,25 +178,25 @@ class run_policy {
                               std::optional<retry_fallback_applied_event> applied,
                               const settings& s, event_sink& out);
     run_action next_or_settle(bool has_queued) noexcept;
+    pending_switch take_switch();
     void start_prompt() noexcept;
 
     retry_machine machine_;
     message_ptr last_;  // the last assistant message of the prompt's latest run
-    // a usage limit's decision while the session switches (rare: allocated then only)
+    // rare: a usage limit's decision while the session switches, and the role of a model
+    // fallback made in this chain (allocated then only, so a parked session stays small)
     std::unique_ptr<pending_switch> switch_;
-    // a model fallback switched in this chain: its role, for retry_fallback_succeeded
-    std::optional<std::string> fallback_role_;
-    chain_end ending_ = chain_end::none;  // the prompt's latest chain ending
-    bool overflow_recovered_ = false;     // §1.7: this prompt compacted after an overflow
-    bool user_abort_ = false;             // abort() during this prompt (not abort_retry())
-    bool ran_ = false;                    // a run happened in this busy period
-    bool summary_ = false;                // inside a compaction's summary request
-    bool summary_cancelled_ = false;
-    bool compact_resume_ = false;  // the compaction under way continues the turn
+    chain_end ending_ = chain_end::none;   // the prompt's latest chain ending
+    bool overflow_recovered_ : 1 = false;  // §1.7: this prompt compacted after an overflow
+    bool user_abort_ : 1 = false;          // abort() during this prompt (not abort_retry())
+    bool ran_ : 1 = false;                 // a run happened in this busy period
+    bool summary_ : 1 = false;             // inside a compaction's summary request
+    bool summary_cancelled_ : 1 = false;
+    bool compact_resume_ : 1 = false;  // the compaction under way continues the turn
     // a run_end's facts the compaction step needs after a switch round trip
-    bool abort_requested_ = false;
-    bool over_threshold_ = false;
-    bool has_queued_ = false;
+    bool abort_requested_ : 1 = false;
+    bool over_threshold_ : 1 = false;
+    bool has_queued_ : 1 = false;
 };
 
 }  // namespace coagent

@@ -26,7 +26,8 @@ class prompt_queue {
         latch* wake;
         bool* cancelled;                       // its message was taken out before it ran
         std::optional<prompt_result>* result;  // abort() ended its run, or dropped its message
-        bool* run_now;  // a manual compaction hands the queue over to this prompt
+        bool* run_now;        // a manual compaction hands the queue over to this prompt
+        bool joined = false;  // its message joined a backoff: it is part of the running prompt
     };
 
     void push(bool steer, message_ptr m, std::uint64_t id) {
@@ -52,6 +53,11 @@ class prompt_queue {
     }
 
     void park(parked p) { parked_.push_back(p); }
+    /// Prompt `id` is parked because its message joined a backoff.
+    bool joined(std::uint64_t id) const noexcept {
+        return std::any_of(parked_.begin(), parked_.end(),
+                           [&](const parked& p) { return p.id == id && p.joined; });
+    }
     void unpark(const latch* l) noexcept {
         std::erase_if(parked_, [&](const parked& p) { return p.wake == l; });
     }
