@@ -604,6 +604,11 @@ class interactive_ui {
         if (std::holds_alternative<agent_start_event>(e) ||
             std::holds_alternative<retry_fallback_applied_event>(e))
             ctl_.set_model_label(model_selector(session_->model()));
+        // the footer's retry accounting: a retry decided, a chain or a prompt over
+        if (std::holds_alternative<auto_retry_start_event>(e) ||
+            std::holds_alternative<auto_retry_end_event>(e) ||
+            std::holds_alternative<agent_settled_event>(e))
+            ctl_.set_usage(session_->usage());
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();
     }

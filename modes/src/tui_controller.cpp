@@ -5,6 +5,8 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cwchar>
 
@@ -330,12 +332,28 @@ std::string tui_controller::loader_text() const {
     return {};
 }
 
+std::string tui_controller::usage_label(const session_usage& u) {
+    const std::int64_t wasted =
+        u.wasted.input + u.wasted.output + u.wasted.cache_read + u.wasted.cache_write;
+    if (u.retries == 0 && wasted == 0 && u.backoff_ms == 0) return {};
+    std::string s = std::to_string(u.retries) + (u.retries == 1 ? " retry" : " retries");
+    if (wasted > 0) s += " \u00b7 " + std::to_string(wasted) + " tokens wasted";
+    if (u.wasted.cost.total > 0) s += fmt::format(" \u00b7 ${:.4f} wasted", u.wasted.cost.total);
+    if (u.backoff_ms > 0)
+        s += fmt::format(" \u00b7 {:.1f} s in backoff", static_cast<double>(u.backoff_ms) / 1e3);
+    return s;
+}
+
 std::string tui_controller::status_text() const {
     if (ctrl_c_armed_) return "Press Ctrl+C again to exit";
     std::string s = model_label_;
     const auto sep = [&] {
         if (!s.empty()) s += " \u00b7 ";
     };
+    if (!usage_label_.empty()) {
+        sep();
+        s += usage_label_;
+    }
     if (!queued_.empty()) {
         sep();
         s += std::to_string(queued_.size()) + " queued";

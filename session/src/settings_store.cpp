@@ -34,7 +34,7 @@ constexpr std::string_view runtime_label = "<runtime>";
 // ---------------------------------------------------------------------------------------------
 
 // chains: retry.fallbackChains, an object of role → array of "provider/model" selectors
-enum class value_type { boolean, integer, choice, chains };
+enum class value_type { boolean, integer, choice, chains, text };
 
 struct schema_entry {
     std::string_view key;  // dotted
@@ -120,6 +120,17 @@ json::value load_chains(const settings& s) {
     return o;
 }
 
+// a free string (a file path)
+template <auto Group, auto Field>
+constexpr schema_entry text(std::string_view key) {
+    schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
+    e.store_json = [](settings& s, const json::value& v) {
+        (s.*Group).*Field = std::string(v.get_string());
+    };
+    e.load_json = [](const settings& s) { return json::value((s.*Group).*Field); };
+    return e;
+}
+
 constexpr schema_entry chains(std::string_view key) {
     schema_entry e{key, value_type::chains, 0, 0, 0, nullptr, nullptr};
     e.store_json = &store_chains;
@@ -152,6 +163,7 @@ constexpr schema_entry schema[] = {
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
+    text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
 };
 // clang-format on
 
@@ -178,6 +190,8 @@ std::string_view type_name(value_type t) noexcept {
             return "string";
         case value_type::chains:
             return "object";
+        case value_type::text:
+            return "string";
         case value_type::integer:
             break;
     }
@@ -186,6 +200,7 @@ std::string_view type_name(value_type t) noexcept {
 
 std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::boolean) return "a boolean (true or false)";
+    if (e.type == value_type::text) return "a string";
     if (e.type == value_type::chains)
         return "an object of role -> array of \"provider/model\" strings, e.g. "
                "{\"default\":[\"anthropic/claude-sonnet-4-5\"]}";
@@ -204,6 +219,7 @@ std::string expected_text(const schema_entry& e) {
 
 json::value default_json(const schema_entry& e) {
     if (e.type == value_type::chains) return json::object();
+    if (e.type == value_type::text) return json::string();
     if (e.type == value_type::boolean) return json::value(e.default_value != 0);
     if (e.type == value_type::choice) {
         const auto name = e.choices[static_cast<std::size_t>(e.default_value)];
@@ -281,6 +297,10 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
     if (e.type == value_type::boolean) {
         if (!v.is_bool()) fail(expected_text(e));
         return v.get_bool() ? 1 : 0;
+    }
+    if (e.type == value_type::text) {
+        if (!v.is_string()) return fail(expected_text(e));
+        return 0;
     }
     if (e.type == value_type::chains) {
         if (!v.is_object()) return fail(expected_text(e));

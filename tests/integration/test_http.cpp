@@ -21,7 +21,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <random>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -1716,5 +1720,98 @@ TEST_CASE(
         const auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 2);
         CHECK(reqs[1].roles == reqs[0].roles);  // no assistant turn added
+    }
+}
+
+TEST_CASE(
+    "retry.resumePartial over 20 random cuts: the text is never regenerated, once in the "
+    "reply (issue 21, COAGENT_RESUME_TABLE=1 prints the table)",
+    "[http][loopback][session][issue-21]") {
+    std::mt19937 rng(21);
+    const std::vector<std::string> vocabulary = {"the",   "retry",  "policy", "continues", "a",
+                                                 "reply", "cut",    "mid",    "stream",    "of",
+                                                 "text",  "tokens", "never",  "twice"};
+    std::string full;
+    for (int i = 0; i < 300; ++i) {
+        if (i) full += ' ';
+        full += vocabulary[rng() % vocabulary.size()];
+    }
+    const auto chunks = scripted::split_words(full);
+    std::vector<int> cuts;
+    for (int i = 0; i < 20; ++i) cuts.push_back(1 + static_cast<int>(rng() % (chunks.size() - 1)));
+    std::sort(cuts.begin(), cuts.end());
+    struct row {
+        int cut;
+        std::size_t partial, restart_chars, continue_chars;
+        std::int64_t restart_out, continue_out, restart_in, continue_in;
+    };
+    std::vector<row> rows;
+    for (const int cut : cuts) {
+        std::string partial;
+        for (int i = 0; i < cut; ++i) partial += chunks[static_cast<std::size_t>(i)];
+        const std::string continuation = full.substr(partial.size());
+        row r{cut, partial.size(), 0, 0, 0, 0, 0, 0};
+        for (const bool resume : {false, true}) {
+            INFO("cut after " << cut << " chunks, resumePartial " << resume);
+            json::array script;
+            script.push_back(json::object{{"text", full}, {"cutAfterChunks", cut}});
+            script.push_back(json::object{{"text", resume ? continuation : full}});
+            settings s = fast_settings(1);
+            s.retry.resume_partial = resume;
+            session_loopback t(json::serialize(script), api_kind::anthropic_messages, s);
+            t.prompt("write it");
+            REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+            REQUIRE(text_of(*t.result->last_assistant) == full);
+            std::size_t retried_chars = 0;
+            bool after = false;
+            for (const auto& e : t.events) {
+                if (e.at("type") == "auto_retry_start") after = true;
+                if (after && e.at("type") == "message_update")
+                    retried_chars += e.at("assistantMessageEvent").at("delta").as_string().size();
+            }
+            const auto ends = t.of("message_end");
+            const std::int64_t failed_out =
+                ends.at(1).at("message").at("usage").at("output").as_int64();
+            const std::int64_t final_out =
+                ends.back().at("message").at("usage").at("output").as_int64();
+            const auto reqs = t.lb.server->requests();
+            REQUIRE(reqs.size() == 2);
+            const auto in = static_cast<std::int64_t>(reqs[1].body.size() / 4 + 1);
+            if (resume) {
+                r.continue_chars = retried_chars;
+                r.continue_out = final_out - failed_out;  // the retried attempt's own output
+                r.continue_in = in;
+            } else {
+                r.restart_chars = retried_chars;
+                r.restart_out = final_out;
+                r.restart_in = in;
+            }
+        }
+        CHECK(r.restart_chars == full.size());
+        CHECK(r.continue_chars == full.size() - r.partial);  // nothing is streamed twice
+        rows.push_back(r);
+    }
+    if (const char* p = std::getenv("COAGENT_RESUME_TABLE"); p && std::string(p) == "1") {
+        std::size_t chars_saved = 0;
+        std::int64_t out_saved = 0, in_added = 0;
+        std::printf(
+            "| cut after chunk | partial chars | streamed again: restart | continue | "
+            "output tokens of the retry: restart | continue | extra input tokens |\n");
+        std::printf("|---|---|---|---|---|---|---|\n");
+        for (const auto& r : rows) {
+            std::printf("| %d/%zu | %zu | %zu | %zu | %lld | %lld | %lld |\n", r.cut, chunks.size(),
+                        r.partial, r.restart_chars, r.continue_chars,
+                        static_cast<long long>(r.restart_out),
+                        static_cast<long long>(r.continue_out),
+                        static_cast<long long>(r.continue_in - r.restart_in));
+            chars_saved += r.restart_chars - r.continue_chars;
+            out_saved += r.restart_out - r.continue_out;
+            in_added += r.continue_in - r.restart_in;
+        }
+        std::printf(
+            "| total (%zu chars a reply) | | | %zu chars not regenerated | | %lld output "
+            "tokens not regenerated | %lld input tokens added |\n",
+            full.size(), chars_saved, static_cast<long long>(out_saved),
+            static_cast<long long>(in_added));
     }
 }

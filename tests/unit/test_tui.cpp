@@ -1473,3 +1473,28 @@ TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not 
     // anything else starting with a slash is a message
     CHECK(c.on_enter("/retry maybe").type == tui_command::kind::submit);
 }
+
+TEST_CASE("tui: the status line shows the session's retries, waste and backoff (issue 22)") {
+    tui_controller c;
+    c.set_model_label("faux/faux");
+    session_usage u;
+    CHECK(tui_controller::usage_label(u).empty());
+    c.set_usage(u);
+    CHECK(c.status_text().starts_with("faux/faux \u00b7 enter: send"));
+    u.retries = 2;
+    u.wasted.input = 15;
+    u.wasted.output = 3;
+    u.backoff_ms = 3000;
+    CHECK(tui_controller::usage_label(u) ==
+          "2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff");
+    const auto before = c.revision();
+    c.set_usage(u);
+    CHECK(c.revision() > before);
+    CHECK(c.status_text().starts_with(
+        "faux/faux \u00b7 2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff \u00b7 "
+        "enter: send"));
+    u.retries = 1;
+    u.wasted.cost.total = 0.0012;
+    CHECK(tui_controller::usage_label(u) ==
+          "1 retry \u00b7 18 tokens wasted \u00b7 $0.0012 wasted \u00b7 3.0 s in backoff");
+}

@@ -112,6 +112,16 @@ class tui_controller {
         model_label_ = std::move(label);
         ++revision_;
     }
+    /// The session's retry accounting, shown in the status line after the model (issue 22).
+    void set_usage(const session_usage& u) {
+        std::string label = usage_label(u);
+        if (label == usage_label_) return;
+        usage_label_ = std::move(label);
+        ++revision_;
+    }
+    /// "2 retries · 18 tokens wasted · 3.0 s in backoff" ("$0.0012 wasted" when it cost);
+    /// "" when nothing was retried or wasted.
+    static std::string usage_label(const session_usage& u);
     /// A line shown in the transcript as a notice (e.g. the welcome line).
     void add_notice(std::string text);
     /// Any transcript entry (e.g. the messages of a resumed session).
@@ -166,6 +176,7 @@ class tui_controller {
     std::vector<transcript_item> transcript_;
     std::vector<std::string> queued_;
     std::string model_label_;
+    std::string usage_label_;
     bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };

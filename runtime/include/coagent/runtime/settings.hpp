@@ -53,10 +53,15 @@ struct provider_settings {
     std::int64_t attempt_timeout_ms = 600000;      // provider.attemptTimeoutMs (0 = off)
 };
 
+struct telemetry_settings {
+    std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
+    telemetry_settings telemetry;
 };
 
 }  // namespace coagent
