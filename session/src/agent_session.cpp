@@ -853,14 +853,16 @@ asio::awaitable<void> agent_session::execute_tool(const tool_call_block& call, r
         auto run = rare().tools.call(call.name, call.arguments, *logger_);
         auto token =
             asio::bind_cancellation_slot(abort_.slot(), asio::as_tuple(asio::use_awaitable));
-        auto [failure, output] =
+        auto [failure, outcome] =
             co_await asio::co_spawn(executor_, std::move(run), std::move(token));
         abort_.slot().clear();
         if (failure)
             std::rethrow_exception(failure);  // a bug: tool_runner catches what tools throw
-        result = std::move(output);
-        // interrupted: whatever the tool said as it was cancelled is not its result
-        if (abort_.requested()) result = {interrupted_tool_text(call.name), true};
+        // interrupted: the exception that ended it (its cancelled wait) is not its result; a tool
+        // that finished anyway keeps what it returned
+        result = abort_.requested() && outcome.threw
+                     ? tool_output{interrupted_tool_text(call.name), true}
+                     : std::move(outcome.output);
     }
     json::object res;
     json::array content;

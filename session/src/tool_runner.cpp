@@ -39,23 +39,29 @@ std::vector<tool_call_repair> plan_tool_call_repair(const std::vector<message_pt
     return out;
 }
 
-boost::asio::awaitable<tool_output> tool_runner::call(std::string name, boost::json::object args,
-                                                      spdlog::logger& log) const {
+boost::asio::awaitable<tool_runner::call_result> tool_runner::call(std::string name,
+                                                                   boost::json::object args,
+                                                                   spdlog::logger& log) const {
     const auto it =
         std::find_if(fns_.begin(), fns_.end(), [&](const auto& t) { return t.name == name; });
-    if (it == fns_.end()) co_return tool_output{"Tool " + name + " not found", true};
-    tool_output result;
+    call_result r;
+    if (it == fns_.end()) {
+        r.output = {"Tool " + name + " not found", true};
+        co_return r;
+    }
     std::exception_ptr failure;
     try {
-        result = co_await it->fn(std::move(args));
+        r.output = co_await it->fn(std::move(args));
     } catch (const std::exception& e) {
-        result = {e.what(), true};
+        r.output = {e.what(), true};
+        r.threw = true;
     } catch (...) {
         failure = std::current_exception();
-        result = {"tool failed with an unknown exception", true};
+        r.output = {"tool failed with an unknown exception", true};
+        r.threw = true;
     }
     if (failure) log.error("tool {} threw a non-std exception", name);
-    co_return result;
+    co_return r;
 }
 
 }  // namespace coagent

@@ -250,6 +250,35 @@ TEST_CASE(
     CHECK(again.history.context().size() == 6);  // user, toolUse, 2 results, user, reply
 }
 
+TEST_CASE("a manual compaction right after a crash inside a tool call sends no dangling tool "
+          "call either (issue 21)",
+          "[history][tools][issue-21]") {
+    temp_dir dir;
+    const fs::path file = crashed_in_tool(dir.path);
+    settings cfg;
+    cfg.compaction.keep_recent_tokens = 0;
+    harness h(R"([{"text":"the summary"}])", cfg,
+              [&](session_options& o) { o.resume_file = file; });
+    std::optional<compact_result> done;
+    boost::asio::co_spawn(h.io, h.session->compact(),
+                          [&](std::exception_ptr e, compact_result r) {
+                              if (e) std::rethrow_exception(e);
+                              done = std::move(r);
+                          });
+    h.run_ready();
+    REQUIRE(done);
+    CHECK(done->ok);
+    REQUIRE(h.requests().size() == 1);
+    const auto summarised = h.requests()[0].messages;
+    std::string roles;
+    for (const auto& m : summarised) roles += m.role + " ";
+    INFO(roles);
+    bool results = false;
+    for (const auto& m : summarised)
+        if (m.text.find("Tool side_effect was interrupted") != std::string::npos) results = true;
+    CHECK(results);
+}
+
 TEST_CASE("an unknown entry type loads with a warning, a non-session file is refused",
           "[history]") {
     temp_dir dir;

@@ -51,9 +51,15 @@ class tool_runner {
     /// The tool `name` is registered as idempotent.
     bool idempotent(std::string_view name) const noexcept;
 
+    /// What a call ended with: the tool's output, or (`threw`) the error result made from the
+    /// exception that ended it (a cancelled wait, when abort() interrupted it).
+    struct call_result {
+        tool_output output;
+        bool threw = false;
+    };
     /// Runs the tool `name` (on the caller's executor). Unknown tools and exceptions are error
     /// results; a non-std exception is also logged to `log`.
-    boost::asio::awaitable<tool_output> call(std::string name, boost::json::object args,
+    boost::asio::awaitable<call_result> call(std::string name, boost::json::object args,
                                              spdlog::logger& log) const;
 
   private:
