@@ -9,7 +9,7 @@ packages=(
   catch2 libspdlog-dev libfmt-dev libssl-dev libre2-dev libcli11-dev libbenchmark-dev
   libedit-dev libncurses-dev tmux doxygen gnuplot-nox
   libhiredis-dev redis-server redis-tools
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev prometheus-cpp-dev
 )
 
 missing=()

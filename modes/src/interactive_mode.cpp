@@ -294,13 +294,9 @@ class interactive_ui {
         ctl_.set_auto_retry_state(session_->auto_retry_enabled());
         ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id +
                         ". Enter sends, Esc interrupts, Ctrl+C twice or Ctrl+D exits.");
-        for (const auto& msg : session_->messages()) {  // a resumed session
-            if (msg->role == message_role::user)
-                ctl_.add_item(transcript_item::kind::user, text_of(*msg));
-            else if (msg->role == message_role::assistant && !is_failed_assistant(*msg) &&
-                     !text_of(*msg).empty())
-                ctl_.add_item(transcript_item::kind::assistant, text_of(*msg));
-        }
+        // a resumed session: its transcript as it was live (failed attempts, retry lines)
+        for (const event& e : resumed_transcript_events(session_->history().entries()))
+            ctl_.on_event(e, tui_controller::clock::now());
         sub_ = session_->subscribe([this](const event& e) { on_event(e); });
 
         const int in_fd = open_input();
@@ -609,6 +605,11 @@ class interactive_ui {
         if (std::holds_alternative<agent_start_event>(e) ||
             std::holds_alternative<retry_fallback_applied_event>(e))
             ctl_.set_model_label(model_selector(session_->model()));
+        // the footer's retry accounting: a retry decided, a chain or a prompt over
+        if (std::holds_alternative<auto_retry_start_event>(e) ||
+            std::holds_alternative<auto_retry_end_event>(e) ||
+            std::holds_alternative<agent_settled_event>(e))
+            ctl_.set_usage(session_->usage());
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();
     }

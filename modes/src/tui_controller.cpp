@@ -1,8 +1,11 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
 
 #include <boost/json/serialize.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cwchar>
@@ -130,6 +133,12 @@ void tui_controller::on_event(const event& e, time_point now) {
         wait_ms_ = std::max<std::int64_t>(0, rs->delay_ms);
         retry_error_ = rs->error_message;
         pending_error_.reset();  // the loader shows that it failed; only a final failure is a line
+        // the failed reply's partial text stays in the scrollback: one line says it is discarded
+        if (auto marker =
+                tui::discarded_marker(rs->discarded.text_chars, rs->discarded.tool_calls)) {
+            end_stream();
+            add(transcript_item::kind::notice, std::move(*marker));
+        }
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
         restore_escape();  // only if auto_retry_start saved one (maxRetries 0: end without start)
         if (loader_ == loader_kind::retry)
@@ -323,12 +332,28 @@ std::string tui_controller::loader_text() const {
     return {};
 }
 
+std::string tui_controller::usage_label(const session_usage& u) {
+    const std::int64_t wasted =
+        u.wasted.input + u.wasted.output + u.wasted.cache_read + u.wasted.cache_write;
+    if (u.retries == 0 && wasted == 0 && u.backoff_ms == 0) return {};
+    std::string s = std::to_string(u.retries) + (u.retries == 1 ? " retry" : " retries");
+    if (wasted > 0) s += " \u00b7 " + std::to_string(wasted) + " tokens wasted";
+    if (u.wasted.cost.total > 0) s += fmt::format(" \u00b7 ${:.4f} wasted", u.wasted.cost.total);
+    if (u.backoff_ms > 0)
+        s += fmt::format(" \u00b7 {:.1f} s in backoff", static_cast<double>(u.backoff_ms) / 1e3);
+    return s;
+}
+
 std::string tui_controller::status_text() const {
     if (ctrl_c_armed_) return "Press Ctrl+C again to exit";
     std::string s = model_label_;
     const auto sep = [&] {
         if (!s.empty()) s += " \u00b7 ";
     };
+    if (!usage_label_.empty()) {
+        sep();
+        s += usage_label_;
+    }
     if (!queued_.empty()) {
         sep();
         s += std::to_string(queued_.size()) + " queued";
@@ -343,6 +368,78 @@ std::string tui_controller::status_text() const {
         s += "enter: send \u00b7 ctrl+j: new line \u00b7 ctrl+c twice or ctrl+d: exit";
     }
     return s;
+}
+
+// ---- a resumed session's transcript ---------------------------------------------------------
+
+namespace {
+
+// the failed attempt at entries[i] was retried: an assistant message (the next attempt) follows
+// before the next user message, or its chain was cancelled in the backoff
+bool retried(const std::vector<history_entry>& entries, std::size_t i) {
+    for (std::size_t j = i + 1; j < entries.size(); ++j) {
+        const history_entry& e = entries[j];
+        if (e.type == "retry_end") {
+            const auto* fe = e.raw.if_contains("finalError");
+            return fe && fe->is_string() && fe->get_string() == retry_cancelled_text;
+        }
+        if (e.type == "message" && e.msg) return e.msg->role == message_role::assistant;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries) {
+    std::vector<event> out;
+    bool open = false;  // a prompt is being drawn: it settles before the next one
+    const auto settle = [&] {
+        if (open) out.emplace_back(agent_settled_event{});
+        open = false;
+    };
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const history_entry& e = entries[i];
+        if (e.type == "message" && e.msg) {
+            const message& m = *e.msg;
+            if (m.role == message_role::user) {
+                settle();
+                out.emplace_back(message_start_event{e.msg});
+            } else if (m.role == message_role::assistant) {
+                out.emplace_back(message_end_event{e.msg});
+                if (!is_failed_assistant(m))
+                    for (const tool_call_block* c : tool_calls_of(m))
+                        out.emplace_back(tool_execution_start_event{c->id, c->name, c->arguments});
+                if (m.stop == stop_reason::error && retried(entries, i)) {
+                    auto_retry_start_event start;
+                    start.error_message = m.error_message.value_or("");
+                    start.discarded = discarded_of(&m);
+                    out.emplace_back(std::move(start));
+                }
+            } else {
+                json::object text{{"type", "text"}, {"text", text_of(m)}};
+                json::object result;
+                result["content"] = json::array{std::move(text)};
+                out.emplace_back(tool_execution_end_event{m.tool_call_id, m.tool_name,
+                                                          std::move(result), m.is_error});
+            }
+            open = true;
+        } else if (e.type == "retry_end") {
+            auto_retry_end_event end;
+            if (const auto* v = e.raw.if_contains("success"); v && v->is_bool())
+                end.success = v->get_bool();
+            if (const auto* v = e.raw.if_contains("attempt"); v && v->is_int64())
+                end.attempt = static_cast<int>(v->get_int64());
+            if (const auto* v = e.raw.if_contains("finalError"); v && v->is_string())
+                end.final_error = std::string(v->get_string());
+            out.emplace_back(std::move(end));
+        } else if (e.type == "compaction") {
+            compaction_end_event done;
+            done.reason = "manual";
+            out.emplace_back(std::move(done));
+        }
+    }
+    settle();
+    return out;
 }
 
 }  // namespace coagent

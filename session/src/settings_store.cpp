@@ -35,8 +35,8 @@ constexpr std::string_view runtime_label = "<runtime>";
 // ---------------------------------------------------------------------------------------------
 
 // chains: retry.fallbackChains, an object of role → array of "provider/model" selectors;
-// number: a decimal stored in thousandths (retry.budget.tokenRatio); text: a checked string
-// (limits.*), kept through store_json / load_json
+// number: a decimal stored in thousandths (retry.budget.tokenRatio); text: a string, checked
+// when the entry has check_text (limits.*), kept through store_json / load_json
 enum class value_type { boolean, integer, choice, chains, number, text };
 
 struct schema_entry {
@@ -136,6 +136,17 @@ json::value load_chains(const settings& s) {
     return o;
 }
 
+// a free string (a file path)
+template <auto Group, auto Field>
+constexpr schema_entry text(std::string_view key) {
+    schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
+    e.store_json = [](settings& s, const json::value& v) {
+        (s.*Group).*Field = std::string(v.get_string());
+    };
+    e.load_json = [](const settings& s) { return json::value((s.*Group).*Field); };
+    return e;
+}
+
 constexpr schema_entry chains(std::string_view key) {
     schema_entry e{key, value_type::chains, 0, 0, 0, nullptr, nullptr};
     e.store_json = &store_chains;
@@ -190,10 +201,11 @@ constexpr schema_entry limits_choice(std::string_view key) {
     return e;
 }
 
-constexpr schema_entry text(std::string_view key, std::string_view default_value,
-                            std::string_view expected, void (*store)(settings&, const json::value&),
-                            json::value (*load)(const settings&),
-                            bool (*check)(std::string_view, std::string&)) {
+constexpr schema_entry checked_text(std::string_view key, std::string_view default_value,
+                                    std::string_view expected,
+                                    void (*store)(settings&, const json::value&),
+                                    json::value (*load)(const settings&),
+                                    bool (*check)(std::string_view, std::string&)) {
     schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
     e.store_json = store;
     e.load_json = load;
@@ -214,6 +226,7 @@ constexpr schema_entry schema[] = {
     boolean<&settings::retry, &retry_settings::honor_should_retry>("retry.honorShouldRetry", false),
     chains("retry.fallbackChains"),
     choice<&settings::retry, &retry_settings::fallback_revert>("retry.fallbackRevertPolicy", 0, revert_names),
+    boolean<&settings::retry, &retry_settings::resume_partial>("retry.resumePartial", false),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),
@@ -224,13 +237,14 @@ constexpr schema_entry schema[] = {
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
+    text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
     boolean<&settings::budget, &retry_budget_settings::enabled>("retry.budget.enabled", false),
     integer<&settings::budget, &retry_budget_settings::max_tokens>("retry.budget.maxTokens", 10, 1, 1000),
     thousandths<&settings::budget, &retry_budget_settings::token_ratio_milli>("retry.budget.tokenRatio", 100, 1000000),
     limits_choice("limits.store"),
-    text("limits.redisUrl", "redis://127.0.0.1:6379/0", "a Redis URL redis://[:password@]host:port/db",
+    checked_text("limits.redisUrl", "redis://127.0.0.1:6379/0", "a Redis URL redis://[:password@]host:port/db",
          &store_redis_url, &load_redis_url, &check_redis_url),
-    text("limits.keyPrefix", "coagent:", "a non-empty string without '{' or '}' (the keys' hash tags use them)",
+    checked_text("limits.keyPrefix", "coagent:", "a non-empty string without '{' or '}' (the keys' hash tags use them)",
          &store_key_prefix, &load_key_prefix, &check_key_prefix),
 };
 // clang-format on
@@ -275,7 +289,8 @@ std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::number)
         return "a number greater than 0 and at most " + std::to_string(e.max / 1000) +
                " (three decimal places)";
-    if (e.type == value_type::text) return std::string(e.text_expected);
+    if (e.type == value_type::text)
+        return e.text_expected.empty() ? "a string" : std::string(e.text_expected);
     if (e.type == value_type::choice) {
         std::string t = "one of";
         for (std::size_t i = 0; i < e.choice_count; ++i) {
@@ -402,7 +417,7 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
     if (e.type == value_type::text) {
         std::string why;
         if (!v.is_string()) return fail(expected_text(e));
-        if (!e.check_text(v.get_string(), why))
+        if (e.check_text && !e.check_text(v.get_string(), why))
             return fail(expected_text(e) + (why.empty() ? "" : " (" + why + ")"));
         return 0;
     }

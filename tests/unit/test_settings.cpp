@@ -142,6 +142,12 @@ struct env_guard {
 
 }  // namespace
 
+TEST_CASE("telemetry.traceFile: a string, strictly", "[settings][telemetry]") {
+    auto store = settings_store::defaults();
+    CHECK(store.current().telemetry.trace_file.empty());
+    CHECK(coagent::setting_value(store.current(), "telemetry.traceFile") == json::value(""));
+}
+
 TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     struct expected_key {
         std::string key;
@@ -158,12 +164,14 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.honorShouldRetry", "boolean", false},
         {"retry.fallbackChains", "object", json::object()},
         {"retry.fallbackRevertPolicy", "string", "cooldown-expiry"},
+        {"retry.resumePartial", "boolean", false},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
         {"provider.connectTimeoutMs", "integer", 10000},
         {"provider.streamIdleTimeoutMs", "integer", 120000},
         {"provider.attemptTimeoutMs", "integer", 600000},
+        {"telemetry.traceFile", "string", ""},
         {"retry.budget.enabled", "boolean", false},
         {"retry.budget.maxTokens", "integer", 10},
         {"retry.budget.tokenRatio", "number", 0.1},
@@ -189,7 +197,8 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+
     CHECK(store.get("limits") ==
           json::parse(
               R"({"store":"local","redisUrl":"redis://127.0.0.1:6379/0","keyPrefix":"coagent:"})"));
@@ -198,7 +207,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[12].expected == "a positive integer");
+    CHECK(schema[13].expected == "a positive integer");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
 }
 
@@ -231,7 +240,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);

@@ -23,6 +23,7 @@ trap cleanup EXIT
 settings() { printf '%s' "$1" > "$COAGENT_DIR/settings.json"; }
 
 # start_coagent SCRIPT_JSON [WIDTH HEIGHT]: coagent on the faux provider, waits for its screen
+# (COAGENT_ARGS: the session flags, default --no-session)
 start_coagent() {
   printf '%s' "$1" > "$work/script.json"
   local w=${2:-100} h=${3:-30}
@@ -31,7 +32,7 @@ start_coagent() {
   local ubsan="${UBSAN_OPTIONS:-}${UBSAN_OPTIONS:+:}log_path=$work/ubsan"
   T -f /dev/null new-session -d -s main -x "$w" -y "$h" -c "$work" \
     "env COAGENT_DIR='$COAGENT_DIR' LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=tmux-256color ASAN_OPTIONS='$asan' UBSAN_OPTIONS='$ubsan' \
-     '$COAGENT' --no-session --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
+     '$COAGENT' ${COAGENT_ARGS:---no-session} --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
      echo \"EXIT=\$?\"; sleep 600"
   T set-option -t main history-limit 5000 >/dev/null
   wait_for "Enter sends"

@@ -32,6 +32,8 @@ struct app_options {
     std::optional<std::filesystem::path> session_dir;
     bool continue_last = false;
     std::optional<std::filesystem::path> session_file;
+    /// --trace-file: span records as JSON lines (wins over telemetry.traceFile)
+    std::optional<std::string> trace_file;
     /// File descriptor 1 was closed when coagent started (reserve_standard_descriptors): RPC
     /// mode then exits 1 at once.
     bool stdout_closed = false;
@@ -130,6 +132,7 @@ class app_context {
     std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
     std::shared_ptr<limit_store> limits_;
+    std::shared_ptr<spdlog::logger> trace_log_;  // the span records' file, opened once
 };
 
 /// The model a session file's history says the conversation was held on: the last

@@ -112,6 +112,16 @@ class tui_controller {
         model_label_ = std::move(label);
         ++revision_;
     }
+    /// The session's retry accounting, shown in the status line after the model (issue 22).
+    void set_usage(const session_usage& u) {
+        std::string label = usage_label(u);
+        if (label == usage_label_) return;
+        usage_label_ = std::move(label);
+        ++revision_;
+    }
+    /// "2 retries · 18 tokens wasted · 3.0 s in backoff" ("$0.0012 wasted" when it cost);
+    /// "" when nothing was retried or wasted.
+    static std::string usage_label(const session_usage& u);
     /// A line shown in the transcript as a notice (e.g. the welcome line).
     void add_notice(std::string text);
     /// Any transcript entry (e.g. the messages of a resumed session).
@@ -166,8 +176,19 @@ class tui_controller {
     std::vector<transcript_item> transcript_;
     std::vector<std::string> queued_;
     std::string model_label_;
+    std::string usage_label_;
     bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };
+
+/// The events that draw a resumed session's transcript as it was live, from its history (root
+/// to leaf): the messages, the tool calls and results, an `auto_retry_start` after each failed
+/// attempt that was retried (with its `discarded`, so the marker line comes back), the chains'
+/// `retry_end` entries as `auto_retry_end` (`Retry failed…`), `compaction` entries as a
+/// `compaction_end`, and an `agent_settled` before each new prompt and at the end (a failure
+/// that was not retried shows its `Error:` line there). Feed them to tui_controller::on_event.
+/// A failed attempt is taken as retried when an assistant message follows it before the next
+/// user message, or when its chain ended "Retry cancelled" (cancelled in the backoff).
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries);
 
 }  // namespace coagent

@@ -26,6 +26,9 @@ struct retry_settings {
     bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
     // retry.honorShouldRetry: `x-should-retry: false` stops the chain
     bool honor_should_retry = false;
+    // retry.resumePartial: a retry after a text-only partial reply continues it (Anthropic
+    // Messages prefill) instead of regenerating it
+    bool resume_partial = false;
     int max_retries = 3;                // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
     std::int64_t max_delay_ms =
@@ -71,12 +74,17 @@ struct limits_settings {
     std::string key_prefix = "coagent:";                 // limits.keyPrefix
 };
 
+struct telemetry_settings {
+    std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
     retry_budget_settings budget;                   // retry.budget.*
     std::shared_ptr<const limits_settings> limits;  // limits.* (null: the defaults)
+    telemetry_settings telemetry;
 
     /// limits.*, with the defaults when none was set.
     const limits_settings& limits_or_default() const {

@@ -22,6 +22,7 @@
 #include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
 #include <coagent/session/run_policy.hpp>
+#include <coagent/session/telemetry.hpp>
 #include <coagent/session/tool_runner.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -67,6 +68,8 @@ struct session_options {
     /// optional: the limit state shared with other sessions (retry.budget); default: one local
     /// store per process (process_limit_store())
     std::shared_ptr<limit_store> limits;
+    /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
+    std::shared_ptr<coagent::telemetry> telemetry;
 };
 
 /// The result of a manual compaction.
@@ -213,7 +216,11 @@ class agent_session : private event_sink {
     [[nodiscard]] subscription subscribe(listener l) { return listeners_.add(std::move(l)); }
     /// Adds an in-process extension (gets every event before the listeners).
     void add_extension(std::string path, extension_runner::handler h);
-    void register_tool(tool_definition def, tool_function fn);
+    /// Registers a tool the model may call. A call that abort() interrupts (the tool's waits
+    /// get terminal cancellation) ends with the result interrupted_tool_text(name), an error. A
+    /// call a crash left without a result gets that result before the next request of a resumed
+    /// session, or, with `o.idempotent`, runs once more (docs/sessions.md "Interrupted tools").
+    void register_tool(tool_definition def, tool_function fn, tool_options o = {});
 
     /// The runtime context (what the next request is built from, before failed replies are
     /// filtered out).
@@ -237,6 +244,8 @@ class agent_session : private event_sink {
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept { return queue_.size(); }
+    /// Wasted tokens and cost, backoff time, retries by limit (all zero until an attempt failed).
+    const session_usage& usage() const noexcept;
     const std::string& session_id() const noexcept { return history_.session_id(); }
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
@@ -265,6 +274,7 @@ class agent_session : private event_sink {
     // event_sink: the run policy's events go to emit()
     void operator()(event e) override;
     event_sink& sink() noexcept { return *this; }
+    void record_retry_end(const auto_retry_end_event& end);  // the session file's retry_end
     // what the one loop (perform) carries between the policy's actions
     struct run_state;    // session/src/session_parts.hpp
     struct run_outcome;  // session/src/session_parts.hpp
@@ -289,8 +299,14 @@ class agent_session : private event_sink {
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out,
+                                           message_ptr continue_from);
+    bool prefill_rejected(const model_info& m) const;
     boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
+    boost::asio::awaitable<void> execute_tool(const tool_call_block& call, run_outcome& out);
+    void add_tool_result(const tool_call_block& call, tool_output result, run_outcome& out);
+    // a resumed session: the tool calls a crash left without a result get one (once)
+    boost::asio::awaitable<void> repair_tool_calls(run_outcome& out);
     bool has_queued() const noexcept { return !queue_.empty(); }
     void append(message_ptr m);
     void emit(event e);
@@ -301,6 +317,18 @@ class agent_session : private event_sink {
     void restore_fallback_primary();
     void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
+    // telemetry and usage accounting (a pointer test each when there is no telemetry)
+    struct telemetry_state;
+    std::int64_t tel_now() const;
+    void tel_prompt_start();
+    void tel_prompt_end();
+    void tel_refused(prompt_result::status outcome);
+    void tel_attempt_start(const model_info& m);
+    void tel_attempt_end(const message& reply);
+    void tel_classified(const message& last, const classification& c);
+    void tel_decided(const run_action& a);
+    void tel_retry(const auto_retry_start_event& e);
+    session_usage& usage_mut();
 
     boost::asio::any_io_executor executor_;
     std::shared_ptr<provider> provider_;
@@ -311,7 +339,10 @@ class agent_session : private event_sink {
 
     run_policy policy_;  // every decision at the end of a run
     std::unique_ptr<model_fallback>
-        fallback_;              // created on first use: a parked session stays small
+        fallback_;  // created on first use: a parked session stays small
+    // the usage accounting, from the first failed attempt (not in rare_: a session parked in
+    // backoff would pay for all of rare_members)
+    std::unique_ptr<session_usage> usage_;
     cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
     // the result of the latest busy period, for the prompts queued in it; allocated at the first
@@ -339,6 +370,7 @@ class agent_session : private event_sink {
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
+    bool check_tool_calls_ = false;  // resumed: the next run first repairs dangling tool calls
 };
 
 }  // namespace coagent
