@@ -101,6 +101,18 @@ calls=$(rcli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/.*c
 check "success: the reply" grep -qx fine ok.txt
 check "success: one batched deposit at most (EVALSHA/EVAL calls)" [ "${calls:-0}" -le 1 ]
 
+# a reply of an unexpected type (the key holds a string, not a hash): an error naming the key,
+# never a crash; the prompt goes on from the local state
+rcli del "$key" >/dev/null
+rcli set "$key" not-a-hash >/dev/null
+home wrongtype "{$shared,$budget}"
+COAGENT_DIR="$work/wrongtype" "$COAGENT" --no-session \
+  --faux-script '[{"error":"503 Service Unavailable","status":503,"delayMs":300},{"text":"fine"}]' -p hi >wt.txt 2>wt.err; rc=$?
+check "wrong type: exit 0, the reply" bash -c "[ $rc = 0 ] && grep -qx fine $work/wt.txt"
+check "wrong type: the re-read's error names the key" contains wt.err "limits: redis: unexpected error reply to HGETALL on key $key"
+check "wrong type: the script's error names the key" contains wt.err "limits: redis: unexpected error reply to the budget script on key $key"
+check "wrong type: Redis is not reported unavailable" bash -c "! grep -q unavailable $work/wt.err"
+
 # ---- 2. RPC get_state, Redis killed mid-run, Redis back ------------------------------------
 home rpc "{$shared,$budget}"
 rcli del "$key" >/dev/null  # a full bucket again
