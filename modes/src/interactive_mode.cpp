@@ -292,7 +292,8 @@ class interactive_ui {
         const model_info m = session_->model();
         ctl_.set_model_label(model_selector(m));
         ctl_.set_auto_retry_state(session_->auto_retry_enabled());
-        ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id +
+        const std::string why = app_.choice() ? " (" + app_.choice()->reason + ")" : "";
+        ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id + why +
                         ". Enter sends, Esc interrupts, Ctrl+C twice or Ctrl+D exits.");
         for (const auto& msg : session_->messages()) {  // a resumed session
             if (msg->role == message_role::user)
@@ -314,6 +315,7 @@ class interactive_ui {
         arm_signals();
 
         render(false);
+        if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
             request_exit(exit_code_);

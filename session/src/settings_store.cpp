@@ -34,7 +34,7 @@ constexpr std::string_view runtime_label = "<runtime>";
 // ---------------------------------------------------------------------------------------------
 
 // chains: retry.fallbackChains, an object of role → array of "provider/model" selectors
-enum class value_type { boolean, integer, choice, chains };
+enum class value_type { boolean, integer, choice, chains, text };
 
 struct schema_entry {
     std::string_view key;  // dotted
@@ -127,6 +127,17 @@ constexpr schema_entry chains(std::string_view key) {
     return e;
 }
 
+// A free-form string setting (a name: "anthropic", "claude-sonnet-4-5"); empty is its default.
+template <auto Group, auto Field>
+constexpr schema_entry text(std::string_view key) {
+    schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
+    e.store_json = [](settings& s, const json::value& v) {
+        (s.*Group).*Field = std::string(v.get_string());
+    };
+    e.load_json = [](const settings& s) { return json::value((s.*Group).*Field); };
+    return e;
+}
+
 constexpr std::string_view jitter_names[] = {"none", "full", "equal"};
 constexpr std::string_view revert_names[] = {"cooldown-expiry", "never"};
 
@@ -151,6 +162,9 @@ constexpr schema_entry schema[] = {
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
+    text<&settings::selection, &model_selection_settings::default_provider>("defaultProvider"),
+    text<&settings::selection, &model_selection_settings::default_model>("defaultModel"),
+    boolean<&settings::tui, &tui_settings::markdown>("tui.markdown", true),
 };
 // clang-format on
 
@@ -174,6 +188,7 @@ std::string_view type_name(value_type t) noexcept {
         case value_type::boolean:
             return "boolean";
         case value_type::choice:
+        case value_type::text:
             return "string";
         case value_type::chains:
             return "object";
@@ -185,6 +200,7 @@ std::string_view type_name(value_type t) noexcept {
 
 std::string expected_text(const schema_entry& e) {
     if (e.type == value_type::boolean) return "a boolean (true or false)";
+    if (e.type == value_type::text) return "a string";
     if (e.type == value_type::chains)
         return "an object of role -> array of \"provider/model\" strings, e.g. "
                "{\"default\":[\"anthropic/claude-sonnet-4-5\"]}";
@@ -203,6 +219,7 @@ std::string expected_text(const schema_entry& e) {
 
 json::value default_json(const schema_entry& e) {
     if (e.type == value_type::chains) return json::object();
+    if (e.type == value_type::text) return json::string();
     if (e.type == value_type::boolean) return json::value(e.default_value != 0);
     if (e.type == value_type::choice) {
         const auto name = e.choices[static_cast<std::size_t>(e.default_value)];
@@ -299,6 +316,10 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
                     bad(m, "a \"provider/model\" string");
             }
         }
+        return 0;
+    }
+    if (e.type == value_type::text) {
+        if (!v.is_string()) fail(expected_text(e));
         return 0;
     }
     if (e.type == value_type::choice) {
@@ -580,6 +601,12 @@ void settings_store::recompute() {
 std::optional<json::value> settings_store::get(std::string_view dotted_key) const {
     if (const auto* v = find_path(merged_, dotted_key)) return *v;
     return std::nullopt;
+}
+
+std::string settings_store::origin(std::string_view dotted_key) const {
+    for (const layer* l : {&runtime_, &project_, &global_})
+        if (find_path(l->data, dotted_key)) return l->label;
+    return "default";
 }
 
 void settings_store::set_override(std::string_view dotted_key, const json::value& v) {

@@ -255,7 +255,7 @@ std::string coagent_args(file_kind k) {
     // settings.json is read by every mode; models.json and auth.json only for an HTTP provider
     switch (k) {
         case file_kind::settings:
-            return "-p hi --no-session";
+            return "-p hi --no-session --provider faux";
         case file_kind::models:
             return "-p hi --no-session --provider local";
         case file_kind::auth:
@@ -394,7 +394,7 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
 
         // and through coagent: one warning line per unknown key, then the prompt runs
         const auto r =
-            run_coagent(dir.path, "-p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
+            run_coagent(dir.path, "--provider faux -p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
         CHECK(r.exit_code == 0);
         CHECK(r.out == "ok\n");
         CHECK(r.err ==

@@ -58,7 +58,7 @@ std::set<std::string> keys(const json::object& o) {
 }
 
 std::vector<std::string> fa(std::initializer_list<std::string> extra, const char* script) {
-    std::vector<std::string> a{"--no-session", "--faux-script", script};
+    std::vector<std::string> a{"--provider", "faux", "--no-session", "--faux-script", script};
     a.insert(a.end(), extra);
     return a;
 }
@@ -413,7 +413,8 @@ TEST_CASE("issue 16 item 3: output queue below its bound writes every event as i
     CHECK(q.bytes() == 0);
 }
 
-TEST_CASE("issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
+TEST_CASE(
+    "issue 16 item 3: above its bound, consecutive updates of one block are merged, never "
     "across blocks, other events or responses",
     "[rpc][protocol][limits]") {
     rpc::output_queue q({/*merge_above=*/0, /*pause_above=*/1u << 30});
@@ -1177,7 +1178,8 @@ fs::path write_script(const temp_dir& d, const std::string& name, const std::str
 
 }  // namespace
 
-TEST_CASE("rpc_client: commands return data or throw the server's error, wait_for_settled after a "
+TEST_CASE(
+    "rpc_client: commands return data or throw the server's error, wait_for_settled after a "
     "2-retry chain",
     "[rpc][client]") {
     rpc_env env;
@@ -1395,8 +1397,9 @@ TEST_CASE("rpc_client: garbage, early exit, spawn failure and timeouts are clear
     SECTION("a configuration error: the exit code and stderr are in the error") {
         rpc_env env(R"({"retry":{"maxRetries":"three"}})");
         rpc_client c(io);
-        auto e = expect_rpc_error(
-            [&] { run_co(io, c.start(coagent_bin(), {"--no-session"}, env.vars())); });
+        auto e = expect_rpc_error([&] {
+            run_co(io, c.start(coagent_bin(), {"--provider", "faux", "--no-session"}, env.vars()));
+        });
         CHECK(e.why() == rpc_error::reason::process_exited);
         CHECK(e.command() == "start");
         const std::string w = e.what();

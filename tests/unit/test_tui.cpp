@@ -331,7 +331,8 @@ TEST_CASE("every place that shows a wait uses format_wait (issue 15)", "[wait]")
     CHECK(*d.c.next_wakeup() == t0 + 62'000ms);
 }
 
-TEST_CASE("print mode's stderr lines are sanitised as the TUI does, an empty error names its status",
+TEST_CASE(
+    "print mode's stderr lines are sanitised as the TUI does, an empty error names its status",
     "[print][issue-15]") {
     const std::string hostile =
         "500 bad \x1b[31mred\x1b]0;title\x07 \x9b"
@@ -368,7 +369,8 @@ TEST_CASE("print mode's stderr lines are sanitised as the TUI does, an empty err
     CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: Unknown error");
 }
 
-TEST_CASE("tui: Esc during the loader cancels the retry, the failure line, the input is usable after") {
+TEST_CASE(
+    "tui: Esc during the loader cancels the retry, the failure line, the input is usable after") {
     driver d;
     d.start_prompt("hi");
     d.failed_attempt("503 Service Unavailable", true);
@@ -786,7 +788,8 @@ TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
     CHECK_FALSE(k.pending());
 }
 
-TEST_CASE("tui keys: a lone ESC is an Esc only after the timeout, sequences split across reads are "
+TEST_CASE(
+    "tui keys: a lone ESC is an Esc only after the timeout, sequences split across reads are "
     "whole") {
     tui::key_decoder k;
     auto ks = feed(k, {"\x1b"});
@@ -1337,4 +1340,87 @@ TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not 
           "Auto-retry is on for this session, but saving it failed: read-only file system");
     // anything else starting with a slash is a message
     CHECK(c.on_enter("/retry maybe").type == tui_command::kind::submit);
+}
+
+// ---- the command line (issue 23) -------------------------------------------------------------
+
+TEST_CASE("command line: the model when none is named, settings, then the first key, then faux") {
+    const std::vector<provider_candidate> none{
+        {"anthropic", "claude-sonnet-4-5", ""}, {"openai", "gpt-4.1", ""}, {"local", "m1", ""}};
+    model_selection_settings empty;
+    auto c = choose_model(empty, "default", none);
+    CHECK(c.provider == "faux");
+    CHECK(c.model.empty());
+    CHECK(c.reason == "no API key found: the offline faux provider");
+
+    // the order anthropic, openai, then models.json's providers
+    auto keys = none;
+    keys[2].credential = "/h/models.json (apiKey)";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "local" && c.model == "m1"));
+    CHECK(c.reason == "a key in /h/models.json (apiKey)");
+    keys[1].credential = "OPENAI_API_KEY";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "openai" && c.model == "gpt-4.1"));
+    keys[0].credential = "ANTHROPIC_API_KEY";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "anthropic" && c.model == "claude-sonnet-4-5"));
+    CHECK(c.reason == "a key in ANTHROPIC_API_KEY");
+
+    // defaultModel alone picks the model of the chosen provider; "provider/id" both
+    model_selection_settings m;
+    m.default_model = "gpt-4o";
+    c = choose_model(m, "/h/settings.json", keys);
+    CHECK((c.provider == "anthropic" && c.model == "gpt-4o"));
+    m.default_model = "openai/gpt-4o";
+    c = choose_model(m, "/h/settings.json", keys);
+    CHECK((c.provider == "openai" && c.model == "gpt-4o"));
+    CHECK(c.reason == "defaultModel in /h/settings.json");
+
+    // defaultProvider wins over the keys, with or without a key of its own
+    model_selection_settings p;
+    p.default_provider = "local";
+    c = choose_model(p, "/p/.coagent/settings.json", keys);
+    CHECK((c.provider == "local" && c.model.empty()));
+    CHECK(c.reason == "defaultProvider in /p/.coagent/settings.json");
+    p.default_model = "m2";
+    c = choose_model(p, "x", none);
+    CHECK((c.provider == "local" && c.model == "m2"));
+
+    const model_info faux_model("faux", "faux", "faux");
+    CHECK(model_choice_line(faux_model, choose_model(empty, "default", none)) ==
+          "coagent: using faux/faux (no API key found: the offline faux provider; "
+          "--provider/--model or defaultProvider choose another)");
+}
+
+TEST_CASE("command line: --list-models filters by provider/id, case-insensitive, aligned") {
+    const std::vector<app_catalog::listed_model> rows{
+        {"faux", "faux", 128000, "not needed"},
+        {"openai", "gpt-4o", 128000, "OPENAI_API_KEY"},
+        {"anthropic", "claude-haiku-4-5", 200000, ""}};
+    CHECK(format_model_list(rows, "") ==
+          "provider   model             context  credential\n"
+          "faux       faux              128000   not needed\n"
+          "openai     gpt-4o            128000   OPENAI_API_KEY\n"
+          "anthropic  claude-haiku-4-5  200000   none\n");
+    CHECK(format_model_list(rows, "OpenAI/") ==
+          "provider  model   context  credential\n"
+          "openai    gpt-4o  128000   OPENAI_API_KEY\n");
+    CHECK(format_model_list(rows, "gemini") == "no model matches \"gemini\"\n");
+}
+
+TEST_CASE("command line: --resume picks by number, anything else is refused") {
+    CHECK(parse_session_choice("1\n", 3) == std::optional<std::size_t>(0));
+    CHECK(parse_session_choice(" 3 \r\n", 3) == std::optional<std::size_t>(2));
+    CHECK_FALSE(parse_session_choice("0", 3));
+    CHECK_FALSE(parse_session_choice("4", 3));
+    CHECK_FALSE(parse_session_choice("", 3));
+    CHECK_FALSE(parse_session_choice("2x", 3));
+    CHECK_FALSE(parse_session_choice("-1", 3));
+
+    std::vector<session_summary> s{{"/s/a.jsonl", {}, "first\nquestion"}, {"/s/b.jsonl", {}, ""}};
+    const std::string list = format_session_choices(s);
+    CHECK(list.find("1. ") == 0);
+    CHECK(list.find("  first question\n2. ") != std::string::npos);
+    CHECK(list.ends_with("  (no message)\n"));
 }

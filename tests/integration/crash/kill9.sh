@@ -68,7 +68,7 @@ for i in $(seq 1 "$iterations"); do
   # kill at 0 ms could otherwise leave no file for the grep below
   : >"$dir/events.jsonl"
   : >"$dir/stderr.txt"
-  "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
+  "$COAGENT" --provider faux --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
     <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
   pid=$!
   # the commands, then stdin stays open until the kill
@@ -106,7 +106,7 @@ for i in $(seq 1 "$iterations"); do
   fi
   killed_with_entries=$((killed_with_entries + 1))
   # and coagent itself continues the session from it
-  out=$("$COAGENT" --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
+  out=$("$COAGENT" --provider faux --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
   rc=$?
   if [ $rc != 0 ] || [ "$out" != "resumed" ]; then
     echo "FAILED it$i: coagent --session FILE exit $rc, stdout '$out': $(cat "$dir/resume.err")" >&2

@@ -50,10 +50,22 @@ struct provider_settings {
     std::int64_t attempt_timeout_ms = 600000;      // provider.attemptTimeoutMs (0 = off)
 };
 
+/// The model used when the command line names none (docs/settings.md "Choosing the model").
+struct model_selection_settings {
+    std::string default_provider;  // defaultProvider (empty: the first provider with a key)
+    std::string default_model;     // defaultModel (empty: that provider's first model)
+};
+
+struct tui_settings {
+    bool markdown = true;  // tui.markdown: assistant replies rendered as Markdown
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
+    model_selection_settings selection;
+    tui_settings tui;
 };
 
 }  // namespace coagent
