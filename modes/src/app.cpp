@@ -1,6 +1,7 @@
 #include <coagent/modes/app.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/http_provider.hpp>
@@ -344,20 +345,36 @@ std::optional<fs::path> latest_session_file(const fs::path& dir, const std::stri
     return all.front().file;
 }
 
+std::string session_choice_label(const session_summary& s) {
+    const auto t =
+        std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(s.modified));
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+    std::string prompt = s.first_prompt;
+    std::replace(prompt.begin(), prompt.end(), '\n', ' ');
+    if (prompt.empty()) prompt = "(no message)";
+    return std::string(when) + "  " + prompt;
+}
+
 std::string format_session_choices(const std::vector<session_summary>& sessions) {
     std::string out;
-    for (std::size_t i = 0; i < sessions.size(); ++i) {
-        const auto& s = sessions[i];
-        const auto t =
-            std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(s.modified));
-        std::tm tm{};
-        ::localtime_r(&t, &tm);
-        char when[32];
-        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
-        std::string prompt = s.first_prompt;
-        std::replace(prompt.begin(), prompt.end(), '\n', ' ');
-        if (prompt.empty()) prompt = "(no message)";
-        out += std::to_string(i + 1) + ". " + when + "  " + prompt + "\n";
+    for (std::size_t i = 0; i < sessions.size(); ++i)
+        out += std::to_string(i + 1) + ". " + session_choice_label(sessions[i]) + "\n";
+    return out;
+}
+
+std::vector<std::string> effective_retry_settings(const settings_store& store) {
+    std::vector<std::string> out;
+    for (const auto& info : settings_schema()) {
+        if (!info.key.starts_with("retry.")) continue;
+        const auto v = store.get(info.key);
+        std::string where = store.origin(info.key);
+        if (where == "<runtime>") where = "this session";
+        out.push_back(std::string(info.key) + " = " +
+                      (v ? boost::json::serialize(*v) : std::string("(none)")) + "  (" + where +
+                      ")");
     }
     return out;
 }

@@ -5,6 +5,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cwchar>
 
 namespace coagent {
@@ -12,6 +13,39 @@ namespace coagent {
 namespace {
 
 constexpr std::string_view ellipsis = "\u2026";
+constexpr auto ctrl_c_window = std::chrono::seconds(2);
+
+bool is_blank(std::string_view s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; });
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_blank(s.substr(0, 1))) s.remove_prefix(1);
+    while (!s.empty() && is_blank(s.substr(s.size() - 1))) s.remove_suffix(1);
+    return s;
+}
+
+// "/name" of an input whose first word is a slash and letters or '-' only, else empty
+std::string_view command_name(std::string_view input) {
+    if (input.size() < 2 || input[0] != '/') return {};
+    std::size_t i = 1;
+    while (i < input.size() && ((input[i] >= 'a' && input[i] <= 'z') || input[i] == '-')) ++i;
+    if (i == 1 || (i < input.size() && !is_blank(input.substr(i, 1)))) return {};
+    return input.substr(0, i);
+}
+
+const std::vector<slash_command_info> commands{
+    {"/help", "", "list the commands"},
+    {"/model", "[provider/id]", "switch the model (without one: a numbered list to pick from)"},
+    {"/new", "", "start a new session"},
+    {"/resume", "", "pick one of this directory's recent sessions to continue"},
+    {"/compact", "[instructions]", "summarize the conversation so far to free the context"},
+    {"/autoretry", "on|off", "turn automatic retry on or off (saved to the settings)"},
+    {"/retry", "", "during a backoff: retry now; otherwise send the last failed prompt again"},
+    {"/settings", "", "the effective retry settings and the file each value came from"},
+    {"/quit", "", "exit coagent"},
+};
 
 std::string one_line(std::string_view s, std::size_t max_bytes) {
     std::string out;
@@ -26,6 +60,30 @@ std::string one_line(std::string_view s, std::size_t max_bytes) {
 }
 
 }  // namespace
+
+const std::vector<slash_command_info>& slash_commands() {
+    return commands;
+}
+
+std::optional<completion> complete_slash(std::string_view input) {
+    if (input.empty() || input[0] != '/' || input.find_first_of(" \t\n") != input.npos)
+        return std::nullopt;
+    completion c;
+    for (const auto& cmd : commands)
+        if (cmd.name.starts_with(input)) c.candidates.emplace_back(cmd.name);
+    if (c.candidates.empty()) return std::nullopt;
+    if (c.candidates.size() == 1) {
+        c.text = c.candidates.front() + " ";
+        return c;
+    }
+    c.text = c.candidates.front();
+    for (const auto& n : c.candidates) {
+        std::size_t k = 0;
+        while (k < c.text.size() && k < n.size() && c.text[k] == n[k]) ++k;
+        c.text.resize(k);
+    }
+    return c;
+}
 
 std::string_view to_string(esc_action a) noexcept {
     switch (a) {
@@ -181,9 +239,15 @@ void tui_controller::on_tick(time_point now) {
     const std::string before = loader_ == loader_kind::retry ? loader_text() : std::string();
     now_ = now;
     if (loader_ == loader_kind::retry && loader_text() != before) ++revision_;
+    if (ctrl_c_at_ && now - *ctrl_c_at_ > ctrl_c_window) {  // the pair's window has passed
+        ctrl_c_at_.reset();
+        ++revision_;
+    }
 }
 
 void tui_controller::on_prompt_done(const std::string& text, const prompt_result& r) {
+    if (r.outcome == prompt_result::status::failed) last_failed_ = text;
+    if (r.outcome == prompt_result::status::succeeded && last_failed_ == text) last_failed_.clear();
     if (r.outcome == prompt_result::status::refused) {
         if (auto it = std::find(queued_.begin(), queued_.end(), text); it != queued_.end())
             queued_.erase(it);
@@ -201,9 +265,23 @@ tui_command tui_controller::on_escape() {
     tui_command c;
     switch (esc_) {
         case esc_action::none:
+            if (pick_) {
+                pick_.reset();
+                add(transcript_item::kind::notice, "Cancelled");
+            }
             break;
         case esc_action::abort:
             c.type = tui_command::kind::abort;
+            // the follow-ups waiting go back into the input (the abort drops them from the
+            // session; with queued_ empty their completion adds no "dropped" line)
+            for (const auto& q : queued_) {
+                if (!c.restore.empty()) c.restore += "\n";
+                c.restore += q;
+            }
+            if (!queued_.empty()) {
+                queued_.clear();
+                ++revision_;
+            }
             break;
         case esc_action::abort_retry:
             c.type = tui_command::kind::abort_retry;
@@ -215,21 +293,37 @@ tui_command tui_controller::on_escape() {
 tui_command tui_controller::on_enter(std::string_view input) {
     on_other_key();
     tui_command c;
-    const bool blank = std::all_of(input.begin(), input.end(), [](char ch) {
-        return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-    });
-    if (blank) {
+    if (is_blank(input)) {
         if (loader_ == loader_kind::retry) c.type = tui_command::kind::retry_now;
         return c;
     }
-    if (input == "/retry" || input == "/retry on" || input == "/retry off") {
-        c.type = tui_command::kind::set_auto_retry;
-        c.text = std::string(input);
-        c.enabled = input == "/retry" ? !auto_retry_ : input == "/retry on";
+    if (pick_) {
+        const std::string_view t = trim(input);
+        std::size_t n = 0;
+        const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        auto pick = std::move(*pick_);
+        pick_.reset();
+        ++revision_;
+        if (ec == std::errc() && ptr == t.data() + t.size() && n >= 1 && n <= pick.values.size()) {
+            c.type = pick.k;
+            c.text = pick.values[n - 1];
+            c.consume = true;
+            return c;
+        }
+        // anything else ends the pick and is what it is
+    }
+    if (!command_name(input).empty()) {
+        c = slash(input);
+        c.consume = true;
         return c;
     }
+    return submit(std::string(input));
+}
+
+tui_command tui_controller::submit(std::string text) {
+    tui_command c;
     c.type = tui_command::kind::submit;
-    c.text = std::string(input);
+    c.text = std::move(text);
     // during a backoff a message is a reason to try now: it joins the chain (issue 26)
     c.join = busy_ && loader_ == loader_kind::retry;
     c.queued = busy_ && !c.join;
@@ -241,9 +335,119 @@ tui_command tui_controller::on_enter(std::string_view input) {
         busy_ = true;  // a second Enter before the turn starts is queued behind it
         if (esc_ == esc_action::none) esc_ = esc_action::abort;
         loader_ = loader_kind::working;
+        working_since_ = now_;
     }
     ++revision_;
     return c;
+}
+
+tui_command tui_controller::slash(std::string_view input) {
+    const std::string_view name = command_name(input);
+    const std::string arg(trim(input.substr(name.size())));
+    tui_command c;
+    const auto error = [&](std::string text) {
+        add(transcript_item::kind::error, std::move(text));
+        return tui_command{};
+    };
+    const auto idle_only = [&]() -> bool {
+        if (!busy_) return true;
+        error(std::string(name) + ": wait for the current turn to end (or press Esc)");
+        return false;
+    };
+    if (name == "/help") {
+        std::string text = "Commands (Tab completes a name):";
+        for (const auto& cmd : commands)
+            text += "\n  " + std::string(cmd.name) + (cmd.args.empty() ? "" : " ") +
+                    std::string(cmd.args) + " \u2014 " + std::string(cmd.help);
+        add(transcript_item::kind::notice, std::move(text));
+        return c;
+    }
+    if (name == "/model") {
+        if (!arg.empty() &&
+            (arg.find('/') == 0 || arg.find('/') == std::string::npos || arg.back() == '/'))
+            return error("Usage: /model [provider/id], found \"" + arg + "\"");
+        c.type = tui_command::kind::set_model;
+        c.text = arg;
+        return c;
+    }
+    if (name == "/new" || name == "/resume") {
+        if (!arg.empty()) return error("Usage: " + std::string(name) + " (no argument)");
+        if (!idle_only()) return {};
+        c.type = name == "/new" ? tui_command::kind::new_session : tui_command::kind::resume;
+        return c;
+    }
+    if (name == "/compact") {
+        if (!idle_only()) return {};
+        c.type = tui_command::kind::compact;
+        c.text = arg;
+        return c;
+    }
+    if (name == "/autoretry") {
+        if (!arg.empty() && arg != "on" && arg != "off")
+            return error("Usage: /autoretry on|off, found \"" + arg + "\"");
+        c.type = tui_command::kind::set_auto_retry;
+        c.text = std::string(input);
+        c.enabled = arg.empty() ? !auto_retry_ : arg == "on";
+        return c;
+    }
+    if (name == "/retry") {
+        if (!arg.empty())
+            return error(
+                "Usage: /retry (no argument); /autoretry on|off turns automatic retry "
+                "on or off");
+        if (loader_ == loader_kind::retry) {
+            c.type = tui_command::kind::retry_now;
+            return c;
+        }
+        if (busy_) return error("/retry: a request is running; nothing failed yet");
+        if (last_failed_.empty()) return error("Nothing to retry: no prompt has failed");
+        c = submit(last_failed_);
+        return c;
+    }
+    if (name == "/settings") {
+        c.type = tui_command::kind::show_settings;
+        return c;
+    }
+    if (name == "/quit") {
+        c.type = tui_command::kind::exit;
+        return c;
+    }
+    return error("Unknown command: " + std::string(name) +
+                 " (/help lists the commands; it was not sent to the model)");
+}
+
+tui_command tui_controller::on_tab(std::string_view input) {
+    tui_command c;
+    const auto done = complete_slash(input);
+    if (!done) {
+        c.type = tui_command::kind::edit;
+        return c;
+    }
+    on_other_key();
+    c.type = tui_command::kind::set_input;
+    c.text = done->text;
+    if (done->candidates.size() > 1) {
+        for (const auto& n : done->candidates) hint_ += (hint_.empty() ? "" : "  ") + n;
+        ++revision_;
+    }
+    return c;
+}
+
+void tui_controller::begin_pick(tui_command::kind k, std::string title,
+                                std::vector<std::string> labels, std::vector<std::string> values) {
+    for (std::size_t i = 0; i < labels.size(); ++i)
+        title += "\n" + std::to_string(i + 1) + ". " + labels[i];
+    add(transcript_item::kind::notice, std::move(title));
+    pick_ = pick_state{k, std::move(values)};
+    ++revision_;
+}
+
+void tui_controller::reset_transcript() {
+    transcript_.clear();
+    streaming_ = false;
+    pending_error_.reset();
+    last_failed_.clear();
+    ++revision_;
 }
 
 void tui_controller::on_auto_retry_set(bool enabled, const std::string& saved_to,
@@ -259,14 +463,15 @@ void tui_controller::on_auto_retry_set(bool enabled, const std::string& saved_to
     }
 }
 
-tui_command tui_controller::on_ctrl_c(bool input_empty) {
+tui_command tui_controller::on_ctrl_c(bool input_empty, time_point now) {
     (void)input_empty;
     tui_command c;
-    if (ctrl_c_armed_) {
+    if (ctrl_c_at_ && now - *ctrl_c_at_ <= ctrl_c_window) {
         c.type = tui_command::kind::exit;
         return c;
     }
-    ctrl_c_armed_ = true;
+    ctrl_c_at_ = now;
+    hint_.clear();
     ++revision_;
     c.type = tui_command::kind::clear_input;
     return c;
@@ -280,8 +485,9 @@ tui_command tui_controller::on_ctrl_d(bool input_empty) {
 }
 
 void tui_controller::on_other_key() {
-    if (ctrl_c_armed_) {
-        ctrl_c_armed_ = false;
+    if (ctrl_c_at_ || !hint_.empty()) {
+        ctrl_c_at_.reset();
+        hint_.clear();
         ++revision_;
     }
 }
@@ -296,6 +502,15 @@ std::int64_t tui_controller::wait_left_ms() const {
 }
 
 std::optional<tui_controller::time_point> tui_controller::next_wakeup() const {
+    std::optional<time_point> at = countdown_wakeup();
+    if (ctrl_c_at_) {  // "Press Ctrl+C again" goes away when the window has passed
+        const time_point end = *ctrl_c_at_ + ctrl_c_window + std::chrono::milliseconds(1);
+        if (!at || end < *at) at = end;
+    }
+    return at;
+}
+
+std::optional<tui_controller::time_point> tui_controller::countdown_wakeup() const {
     const std::int64_t left = wait_left_ms();
     if (left <= 0) return std::nullopt;
     // the text changes when next_wait_change(left) ms are left, i.e. at start + (wait - that)
@@ -324,7 +539,9 @@ std::string tui_controller::loader_text() const {
 }
 
 std::string tui_controller::status_text() const {
-    if (ctrl_c_armed_) return "Press Ctrl+C again to exit";
+    if (ctrl_c_at_) return "Press Ctrl+C again to exit";
+    if (!hint_.empty()) return hint_;
+    if (pick_) return model_label_ + " \u00b7 a number and enter: pick \u00b7 esc: cancel";
     std::string s = model_label_;
     const auto sep = [&] {
         if (!s.empty()) s += " \u00b7 ";

@@ -99,40 +99,69 @@ live_region compose_live(const live_input& in) {
     for (int k = 0; k < w; ++k) rule += "\u2500";
     live.push_back(screen_row{std::move(rule), row_style::rule});
 
-    // the input: "> " then the text, hard-wrapped, continuation rows indented
+    // the input: "> " then the text, wrapped at word boundaries, continuation rows indented
     const std::u32string& text = in.text;
     const std::size_t cursor = std::min(in.cursor, text.size());
     const int avail = std::max(w - 2, 1);
-    std::vector<std::string> rows(1);
-    int cur_w = 0;
-    int crow = 0, ccol = 0;
-    for (std::size_t idx = 0; idx <= text.size(); ++idx) {
-        if (idx == cursor) {
-            if (cur_w >= avail) {
-                rows.emplace_back();
-                cur_w = 0;
+    const auto width_of = [](char32_t c) { return c == U'\t' ? 4 : char_width(c); };
+    struct span {
+        std::size_t begin, end;
+        bool line_end;  // the last row of a line of the input
+    };
+    std::vector<span> spans;
+    for (std::size_t line = 0;;) {
+        const std::size_t nl = std::min(text.find(U'\n', line), text.size());
+        std::size_t row = line;
+        int used = 0;
+        std::size_t space = std::u32string::npos;  // the last space of this row
+        for (std::size_t idx = line; idx < nl; ++idx) {
+            const int cw = width_of(text[idx]);
+            if (used + cw > avail && used > 0) {
+                // break after the row's last space (a word wider than a row is split)
+                const std::size_t at = space != std::u32string::npos ? space + 1 : idx;
+                spans.push_back({row, at, false});
+                row = at;
+                used = 0;
+                space = std::u32string::npos;
+                for (std::size_t k = row; k < idx; ++k) {
+                    used += width_of(text[k]);
+                    if (text[k] == U' ') space = k;
+                }
             }
+            used += cw;
+            if (text[idx] == U' ') space = idx;
+        }
+        spans.push_back({row, nl, true});
+        if (nl == text.size()) break;
+        line = nl + 1;
+    }
+    std::vector<std::string> rows;
+    int crow = 0, ccol = 0;
+    for (std::size_t r = 0; r < spans.size(); ++r) {
+        const auto& sp = spans[r];
+        std::string row;
+        int used = 0;
+        for (std::size_t idx = sp.begin; idx < sp.end; ++idx) {
+            if (idx == cursor) {
+                crow = static_cast<int>(rows.size());
+                ccol = used;
+            }
+            if (text[idx] == U'\t')
+                row.append("    ");
+            else
+                append_utf8(row, displayable(text[idx]));
+            used += width_of(text[idx]);
+        }
+        rows.push_back(std::move(row));
+        if (cursor == sp.end && sp.line_end) {  // after the last character of a line
             crow = static_cast<int>(rows.size()) - 1;
-            ccol = cur_w;
+            ccol = used;
+            if (used >= avail) {  // a full row: the cursor waits on the next one
+                rows.emplace_back();
+                ++crow;
+                ccol = 0;
+            }
         }
-        if (idx == text.size()) break;
-        const char32_t c = text[idx];
-        if (c == U'\n') {
-            rows.emplace_back();
-            cur_w = 0;
-            continue;
-        }
-        const bool tab = c == U'\t';
-        const int cw = tab ? 4 : char_width(c);
-        if (cur_w + cw > avail && cur_w > 0) {
-            rows.emplace_back();
-            cur_w = 0;
-        }
-        if (tab)
-            rows.back().append("    ");
-        else
-            append_utf8(rows.back(), displayable(c));
-        cur_w += cw;
     }
     // keep the region on the screen: show the input rows around the cursor
     const int fixed = static_cast<int>(live.size()) + 1;

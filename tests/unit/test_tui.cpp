@@ -533,17 +533,17 @@ TEST_CASE("tui: blank Enter does nothing") {
 
 TEST_CASE("tui: Ctrl+C clears the input, twice in a row exits, Ctrl+D exits on an empty input") {
     tui_controller c;
-    CHECK(c.on_ctrl_c(false).type == tui_command::kind::clear_input);
+    CHECK(c.on_ctrl_c(false, t0).type == tui_command::kind::clear_input);
     CHECK(c.status_text() == "Press Ctrl+C again to exit");
-    CHECK(c.on_ctrl_c(true).type == tui_command::kind::exit);
+    CHECK(c.on_ctrl_c(true, t0 + 100ms).type == tui_command::kind::exit);
 
     tui_controller c2;
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
     c2.on_other_key();  // typing in between: not "in a row"
     CHECK(c2.status_text() != "Press Ctrl+C again to exit");
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
     CHECK(c2.on_escape().type == tui_command::kind::none);
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
 
     tui_controller c3;
     CHECK(c3.on_ctrl_d(false).type == tui_command::kind::edit);  // delete under the cursor
@@ -1268,6 +1268,24 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
           {"st", row_style::status}},
          4,
          4},
+        {"words wrap at the last space that fits, the cursor follows",
+         live_of(U"one two three", 13, 11),
+         {{"", row_style::plain},
+          {rule_of(11), row_style::rule},
+          {"> one two ", row_style::input},
+          {"  three", row_style::input},
+          {"st", row_style::status}},
+         3,
+         7},
+        {"a cursor at a word-wrap boundary starts the next row",
+         live_of(U"one two three", 8, 11),
+         {{"", row_style::plain},
+          {rule_of(11), row_style::rule},
+          {"> one two ", row_style::input},
+          {"  three", row_style::input},
+          {"st", row_style::status}},
+         3,
+         2},
         {"a cursor after a full row goes to the next row",
          live_of(U"abcd", 4, 6),
          {{"", row_style::plain},
@@ -1320,26 +1338,213 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
     CHECK(out.cursor_col == 2);
 }
 
-TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not a message") {
+TEST_CASE("tui: /autoretry on|off toggles auto-retry (the design's TUI toggle), not a message") {
     tui_controller c;
     c.set_auto_retry_state(true);
-    auto off = c.on_enter("/retry off");
+    auto off = c.on_enter("/autoretry off");
     CHECK(off.type == tui_command::kind::set_auto_retry);
     CHECK_FALSE(off.enabled);
-    CHECK(off.text == "/retry off");
-    CHECK(c.on_enter("/retry on").enabled);
-    CHECK_FALSE(c.on_enter("/retry").enabled);  // toggles the current state (on)
+    CHECK(off.consume);
+    CHECK(off.text == "/autoretry off");
+    CHECK(c.on_enter("/autoretry on").enabled);
+    CHECK_FALSE(c.on_enter("/autoretry").enabled);  // toggles the current state (on)
     CHECK_FALSE(c.busy());
     c.on_auto_retry_set(false, "/home/u/.coagent/settings.json", "");
     CHECK(c.transcript().back().text ==
           "Auto-retry is off (saved to /home/u/.coagent/settings.json)");
-    CHECK(c.on_enter("/retry").enabled);  // now off: the toggle turns it on
+    CHECK(c.on_enter("/autoretry").enabled);  // now off: the toggle turns it on
     c.on_auto_retry_set(true, "x", "read-only file system");
     CHECK(c.transcript().back().type == kind::error);
     CHECK(c.transcript().back().text ==
           "Auto-retry is on for this session, but saving it failed: read-only file system");
-    // anything else starting with a slash is a message
-    CHECK(c.on_enter("/retry maybe").type == tui_command::kind::submit);
+    // a wrong argument is a local error; the old "/retry on" says where the toggle went
+    CHECK(c.on_enter("/autoretry maybe").type == tui_command::kind::none);
+    CHECK(c.transcript().back().text == "Usage: /autoretry on|off, found \"maybe\"");
+    CHECK(c.on_enter("/retry on").type == tui_command::kind::none);
+    CHECK(c.transcript().back().text ==
+          "Usage: /retry (no argument); /autoretry on|off turns automatic retry on or off");
+    CHECK_FALSE(c.busy());
+}
+
+TEST_CASE("tui: slash commands are local, an unknown one is an error and never a message") {
+    tui_controller c;
+    const auto n = c.transcript().size();
+    auto r = c.on_enter("/frobnicate now");
+    CHECK(r.type == tui_command::kind::none);
+    CHECK(r.consume);
+    CHECK_FALSE(c.busy());
+    REQUIRE(c.transcript().size() == n + 1);
+    CHECK(c.transcript().back().type == kind::error);
+    CHECK(c.transcript().back().text ==
+          "Unknown command: /frobnicate (/help lists the commands; it was not sent to the model)");
+    // a path or a lone slash is a message
+    CHECK(c.on_enter("/usr/bin/env is where?").type == tui_command::kind::submit);
+    tui_controller d;
+    CHECK(d.on_enter("/ hello").type == tui_command::kind::submit);
+    tui_controller e;
+    CHECK(e.on_enter("//comment").type == tui_command::kind::submit);
+
+    tui_controller h;
+    CHECK(h.on_enter("/help").type == tui_command::kind::none);
+    REQUIRE(h.transcript().size() == 1);
+    const std::string& help = h.transcript()[0].text;
+    CHECK(
+        help.starts_with("Commands (Tab completes a name):\n  /help \u2014 list the commands\n"
+                         "  /model [provider/id] \u2014 switch the model (without one: a "
+                         "numbered list to pick from)\n"));
+    CHECK(help.ends_with("\n  /quit \u2014 exit coagent"));
+    std::vector<std::string> names;
+    for (const auto& cmd : slash_commands()) names.emplace_back(cmd.name);
+    CHECK(names == std::vector<std::string>{"/help", "/model", "/new", "/resume", "/compact",
+                                            "/autoretry", "/retry", "/settings", "/quit"});
+
+    tui_controller m;
+    auto model = m.on_enter("/model  openai/gpt-4o ");
+    CHECK(model.type == tui_command::kind::set_model);
+    CHECK(model.text == "openai/gpt-4o");
+    CHECK(m.on_enter("/model").type == tui_command::kind::set_model);
+    CHECK(m.on_enter("/model").text.empty());
+    CHECK(m.on_enter("/model gpt-4o").type == tui_command::kind::none);
+    CHECK(m.transcript().back().text == "Usage: /model [provider/id], found \"gpt-4o\"");
+    CHECK(m.on_enter("/new").type == tui_command::kind::new_session);
+    CHECK(m.on_enter("/resume").type == tui_command::kind::resume);
+    auto compact = m.on_enter("/compact keep the file names");
+    CHECK(compact.type == tui_command::kind::compact);
+    CHECK(compact.text == "keep the file names");
+    CHECK(m.on_enter("/settings").type == tui_command::kind::show_settings);
+    CHECK(m.on_enter("/quit").type == tui_command::kind::exit);
+
+    // while a turn runs: /new, /resume and /compact wait
+    driver busy;
+    busy.c.on_enter("hi");
+    busy.ev(agent_start_event{});
+    CHECK(busy.c.on_enter("/new").type == tui_command::kind::none);
+    CHECK(busy.c.transcript().back().text ==
+          "/new: wait for the current turn to end (or press Esc)");
+    CHECK(busy.c.on_enter("/compact").type == tui_command::kind::none);
+}
+
+TEST_CASE("tui: Tab completes a slash command name, candidates in the status line") {
+    auto one = complete_slash("/mo");
+    REQUIRE(one);
+    CHECK(one->text == "/model ");
+    auto two = complete_slash("/re");
+    REQUIRE(two);
+    CHECK(two->text == "/re");
+    CHECK(two->candidates == std::vector<std::string>{"/resume", "/retry"});
+    auto all = complete_slash("/");
+    REQUIRE(all);
+    CHECK(all->candidates.size() == slash_commands().size());
+    CHECK_FALSE(complete_slash("/zz"));
+    CHECK_FALSE(complete_slash("/model x"));
+    CHECK_FALSE(complete_slash("hello"));
+    CHECK_FALSE(complete_slash(""));
+
+    tui_controller c;
+    auto r = c.on_tab("/au");
+    CHECK(r.type == tui_command::kind::set_input);
+    CHECK(r.text == "/autoretry ");
+    r = c.on_tab("/re");
+    CHECK(r.type == tui_command::kind::set_input);
+    CHECK(c.status_text() == "/resume  /retry");
+    c.on_other_key();
+    CHECK(c.status_text() != "/resume  /retry");
+    CHECK(c.on_tab("plain text").type == tui_command::kind::edit);
+}
+
+TEST_CASE("tui: a pick list, a number picks, Esc cancels, other input is itself") {
+    tui_controller c;
+    c.begin_pick(tui_command::kind::set_model, "Models:", {"faux/faux", "local/m1"},
+                 {"faux/faux", "local/m1"});
+    CHECK(c.picking());
+    REQUIRE(c.transcript().size() == 1);
+    CHECK(c.transcript()[0].text == "Models:\n1. faux/faux\n2. local/m1");
+    CHECK(c.status_text().find("a number and enter: pick") != std::string::npos);
+    auto r = c.on_enter(" 2 ");
+    CHECK(r.type == tui_command::kind::set_model);
+    CHECK(r.text == "local/m1");
+    CHECK_FALSE(c.picking());
+
+    c.begin_pick(tui_command::kind::resume, "Sessions:", {"a"}, {"/s/a.jsonl"});
+    CHECK(c.on_escape().type == tui_command::kind::none);
+    CHECK_FALSE(c.picking());
+    CHECK(c.transcript().back().text == "Cancelled");
+
+    c.begin_pick(tui_command::kind::resume, "Sessions:", {"a"}, {"/s/a.jsonl"});
+    CHECK(c.on_enter("3").type == tui_command::kind::submit);  // out of range: a message
+    CHECK_FALSE(c.picking());
+}
+
+TEST_CASE("tui: /retry retries now during a backoff, else resends the last failed prompt") {
+    driver d;
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::none);
+    CHECK(d.c.transcript().back().text == "Nothing to retry: no prompt has failed");
+
+    d.c.on_enter("fails");
+    d.ev(agent_start_event{});
+    auto_retry_start_event rs;
+    rs.attempt = 1;
+    rs.max_attempts = 3;
+    rs.delay_ms = 2000;
+    rs.error_message = "503";
+    d.ev(rs);
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::retry_now);
+    d.ev(agent_settled_event{});
+    prompt_result failed;
+    failed.outcome = prompt_result::status::failed;
+    d.c.on_prompt_done("fails", failed);
+    auto again = d.c.on_enter("/retry");
+    CHECK(again.type == tui_command::kind::submit);
+    CHECK(again.text == "fails");
+    CHECK(again.consume);
+    CHECK(d.c.busy());
+    d.ev(agent_settled_event{});
+    d.c.on_prompt_done("fails", prompt_result{});  // it worked this time
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::none);
+}
+
+TEST_CASE("tui: Esc while streaming puts the queued follow-ups back into the input") {
+    driver d;
+    d.c.on_enter("first");
+    d.ev(agent_start_event{});
+    CHECK(d.c.on_enter("second").queued);
+    CHECK(d.c.on_enter("third").queued);
+    auto esc = d.c.on_escape();
+    CHECK(esc.type == tui_command::kind::abort);
+    CHECK(esc.restore == "second\nthird");
+    CHECK(d.c.queued().empty());
+    d.ev(agent_settled_event{});
+    prompt_result aborted;
+    aborted.outcome = prompt_result::status::aborted;
+    const auto n = d.c.transcript().size();
+    d.c.on_prompt_done("second", aborted);
+    d.c.on_prompt_done("third", aborted);
+    CHECK(d.c.transcript().size() == n);  // not "Queued message dropped"
+    // nothing queued: Esc restores nothing
+    driver e;
+    e.c.on_enter("only");
+    e.ev(agent_start_event{});
+    CHECK(e.c.on_escape().restore.empty());
+}
+
+TEST_CASE("tui: a second Ctrl+C exits only within 2 s of the first") {
+    tui_controller c;
+    CHECK(c.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
+    REQUIRE(c.next_wakeup());
+    CHECK(*c.next_wakeup() == t0 + 2001ms);
+    CHECK(c.on_ctrl_c(true, t0 + 2000ms).type == tui_command::kind::exit);
+
+    tui_controller late;
+    late.on_ctrl_c(true, t0);
+    CHECK(late.on_ctrl_c(true, t0 + 2001ms).type == tui_command::kind::clear_input);  // re-armed
+    CHECK(late.on_ctrl_c(true, t0 + 2500ms).type == tui_command::kind::exit);
+
+    tui_controller tick;
+    tick.on_ctrl_c(true, t0);
+    tick.on_tick(t0 + 2001ms);  // the hint goes away by itself
+    CHECK(tick.status_text() != "Press Ctrl+C again to exit");
+    CHECK_FALSE(tick.next_wakeup());
+    CHECK(tick.on_ctrl_c(true, t0 + 2100ms).type == tui_command::kind::clear_input);
 }
 
 // ---- the command line (issue 23) -------------------------------------------------------------

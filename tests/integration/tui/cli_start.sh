@@ -30,4 +30,15 @@ expect_not_in_screen "> newer question"
 type_line "and now"
 wait_for "continued"
 expect grep -q '"messages":\[{"role":"user","text":"older question"},{"role":"assistant","text":"older answer","stopReason":"stop"},{"role":"user","text":"and now"}\]' "$work/faux.log"
+
+# /resume inside the UI: the other session of this directory, picked by number
+type_line "/resume"
+wait_for "Recent sessions of $work (a number and Enter picks):"
+picked=$(screen | sed -n '/a number and Enter picks/,$p')
+expect [ "$(echo "$picked" | grep -cE '^1\. .*  newer question$')" = 1 ]
+expect [ "$(echo "$picked" | grep -cE '^2\. ')" = 0 ]
+type_line "1"
+wait_for "Resumed"
+wait_for "newer answer"
+expect_not_in_screen "and now"
 finish 0

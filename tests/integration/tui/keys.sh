@@ -64,8 +64,8 @@ wait_for "中文字符测试中文字符测试中文字"
 expect [ "$(screen | grep -c 'enter: send')" = 1 ]
 expect [ "$(screen | grep -c '^> *$')" = 1 ]
 
-# /retry off: persisted to the global settings, and the next retryable error is final
-type_line "/retry off"
+# /autoretry off: persisted to the global settings, and the next retryable error is final
+type_line "/autoretry off"
 wait_for "Auto-retry is off (saved to"
 expect grep -q '"enabled": *false' "$COAGENT_DIR/settings.json"
 type_line "fails"

@@ -151,7 +151,10 @@ class app_context {
     const std::filesystem::path& dir() const noexcept { return dir_; }
     std::filesystem::path sessions_dir() const;
     /// The session file the first make_session(true) resumes (--resume's pick).
-    void set_session_file(std::filesystem::path file) { opts_.session_file = std::move(file); }
+    void set_session_file(std::filesystem::path file) {
+        opts_.session_file = std::move(file);
+        opts_.continue_last = false;
+    }
 
     /// The toggle of docs/architecture.md "Configuration" (TUI and RPC alike): sets the boolean
     /// setting `key` ("retry.enabled", "compaction.enabled") as a runtime override, so that the
@@ -192,6 +195,8 @@ struct session_summary {
 /// The `max` latest session files in `dir` whose header cwd is `cwd`, newest first.
 std::vector<session_summary> recent_sessions(const std::filesystem::path& dir,
                                              const std::string& cwd, std::size_t max);
+/// One session as a person picks it: "2026-12-01 16:03  <first message, on one line>".
+std::string session_choice_label(const session_summary& s);
 /// The numbered list a person picks from: "1. 2026-12-01 16:03  <first message>", one a line.
 std::string format_session_choices(const std::vector<session_summary>& sessions);
 /// The index an answer ("2", " 2\n") picks among `count` choices; nullopt for anything else.
@@ -200,6 +205,10 @@ std::optional<std::size_t> parse_session_choice(std::string_view answer, std::si
 /// The latest session file in `dir` whose header cwd is `cwd` (by modification time).
 std::optional<std::filesystem::path> latest_session_file(const std::filesystem::path& dir,
                                                          const std::string& cwd);
+
+/// The terminal UI's /settings: each retry.* key as "retry.maxRetries = 5  (<where>)", where
+/// is the file that set it, "this session" for a runtime override, or "default".
+std::vector<std::string> effective_retry_settings(const settings_store& store);
 
 /// print / json mode: one prompt; returns the process exit code (0 ok, 1 error, 130 interrupted).
 int run_print_mode(app_context& app);

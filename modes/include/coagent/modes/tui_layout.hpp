@@ -58,7 +58,8 @@ struct live_region {
 };
 
 /// Live region: [streaming row] [queued: the first 3, then "… and N more queued"] [loader]
-/// [rule] [input: "> " then the text hard-wrapped, continuation rows indented "  ", tabs as 4
+/// [rule] [input: "> " then the text wrapped after the last space that fits (a word wider than
+/// a row is split), continuation rows indented "  ", tabs as 4
 /// columns, only the rows around the cursor when it does not fit] [status]. A terminal smaller
 /// than that drops rows from the top, keeping the cursor's row.
 live_region compose_live(const live_input& in);
