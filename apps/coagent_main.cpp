@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     std::string mode_name;
     std::string message;
     std::string model;
-    std::string session_dir, session_file, faux_log;
+    std::string session_dir, session_file, faux_log, trace_file;
     std::string faux_script;
     app.add_option("--mode", mode_name,
                    "interactive | print | json | rpc (default: interactive on a "
@@ -181,6 +181,8 @@ int main(int argc, char** argv) {
                    "Faux provider script: a JSON array of steps, inline or a file");
     app.add_option("--faux-log", faux_log,
                    "Faux provider: append one JSON line per request received to FILE");
+    app.add_option("--trace-file", trace_file,
+                   "Append span records (JSON lines: prompts, model calls, attempts) to FILE");
     std::string faux_window;  // checked below, with an error that says what is allowed
     app.add_option("--faux-context-window", faux_window,
                    "Faux provider: context window in tokens (a whole number, at least 1)");
@@ -289,6 +291,7 @@ int main(int argc, char** argv) {
     if (!session_dir.empty()) o.session_dir = session_dir;
     if (!session_file.empty()) o.session_file = session_file;
     if (!faux_log.empty()) o.faux_log = faux_log;
+    if (!trace_file.empty()) o.trace_file = trace_file;
     if (!faux_script.empty()) o.faux_script = faux_script;
 
     if (app.count("--list-models")) {

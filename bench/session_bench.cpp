@@ -4,11 +4,13 @@
 //  (b) abort_retry() -> prompt() resumption latency (p50/p99) vs a bare cancellation_signal
 //      round trip to a coroutine parked on a timer;
 //  (c) N sessions parked in backoff: heap bytes per session and time to cancel all, vs N bare
-//      coroutines parked on timers with a bound cancellation slot.
+//      coroutines parked on timers with a bound cancellation slot;
+//  (d) the retry cycle of (a) with the Prometheus telemetry adapter attached vs none (issue 22).
 // Run through bench/run, which prints the ratios; --quick runs smaller sizes.
 
 #include <coagent/providers/faux_provider.hpp>
 #include <coagent/session/agent_session.hpp>
+#include <coagent/telemetry/prometheus_telemetry.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -44,8 +46,10 @@ std::shared_ptr<faux_provider> endless_errors(bool then_ok) {
 }
 
 std::unique_ptr<agent_session> make_session(asio::io_context& io, std::shared_ptr<provider> p,
-                                            std::int64_t base_delay_ms, int max_retries) {
+                                            std::int64_t base_delay_ms, int max_retries,
+                                            std::shared_ptr<telemetry> t = {}) {
     session_options o;
+    o.telemetry = std::move(t);
     o.executor = io.get_executor();
     o.model_provider = std::move(p);
     o.config.retry.base_delay_ms = base_delay_ms;
@@ -55,12 +59,12 @@ std::unique_ptr<agent_session> make_session(asio::io_context& io, std::shared_pt
 
 // (a) ------------------------------------------------------------------------------------
 
-void retry_cycle(benchmark::State& state) {
+void run_retry_cycles(benchmark::State& state, const std::shared_ptr<telemetry>& t) {
     asio::io_context io;
     std::size_t events = 0;
     for (auto _ : state) {
         state.PauseTiming();
-        auto s = make_session(io, endless_errors(true), 0, cycles_per_prompt);
+        auto s = make_session(io, endless_errors(true), 0, cycles_per_prompt, t);
         auto sub = s->subscribe([&](const event&) { ++events; });
         bool done = false;
         s->async_prompt("hi", [&](std::exception_ptr e, prompt_result r) {
@@ -77,6 +81,17 @@ void retry_cycle(benchmark::State& state) {
                            benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
     state.counters["ns_per_cycle"].value *= 1;  // seconds per cycle; scaled below by the reporter
     benchmark::DoNotOptimize(events);
+}
+
+void retry_cycle(benchmark::State& state) {
+    run_retry_cycles(state, nullptr);
+}
+
+// (d) the same with the Prometheus adapter attached (one registry for every session)
+void retry_cycle_prometheus(benchmark::State& state) {
+    const auto prom = std::make_shared<prometheus_telemetry>();
+    run_retry_cycles(state, prom);
+    benchmark::DoNotOptimize(prom->text().size());
 }
 
 asio::awaitable<void> post_loop(int n) {
@@ -245,6 +260,7 @@ void baseline_parked_coroutines(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(retry_cycle)->Unit(benchmark::kMicrosecond);
+BENCHMARK(retry_cycle_prometheus)->Unit(benchmark::kMicrosecond);
 BENCHMARK(baseline_post_resume)->Unit(benchmark::kMicrosecond);
 BENCHMARK(abort_retry_latency)->Iterations(20000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(baseline_cancel_round_trip)->Iterations(20000)->Unit(benchmark::kMicrosecond);

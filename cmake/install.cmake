@@ -11,8 +11,9 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# folder libraries in dependency order (runtime ← classify ← retry ← session ← providers ← modes)
-set(COAGENT_PUBLIC_LIBRARIES runtime classify retry session providers modes)
+# folder libraries in dependency order (runtime ← classify ← retry ← session ← telemetry,
+# providers ← modes)
+set(COAGENT_PUBLIC_LIBRARIES runtime classify retry session telemetry providers modes)
 
 # The umbrella (the name `coagent` itself belongs to the executable).
 add_library(coagent_all INTERFACE)

@@ -8,6 +8,7 @@
 //   s
 //   {"reply":"You said: hi","retries":1,"outcome":"succeeded","request":0}
 //   $ curl -s 127.0.0.1:8080/stats
+//   $ curl -s 127.0.0.1:8080/metrics               # Prometheus: coagent_retries_total{…} 1, …
 //
 // Loopback only. SIGINT / SIGTERM stop it gracefully (requests in progress are answered first).
 // examples/load_client.cpp is the load test (ctest example_http_server_load).
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
                  "no 503 on the first attempt of every other request");
     CLI11_PARSE(app, argc, argv);
     opts.fail_every_other = !no_failures;
+    opts.metrics = std::make_shared<coagent::prometheus_telemetry>();
 
     namespace asio = boost::asio;
     asio::io_context io(threads);

@@ -19,7 +19,9 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
+#include <utility>
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -62,6 +64,25 @@ asio::awaitable<json::object> fetch_stats(asio::ip::tcp::endpoint ep) {
     co_return o;
 }
 
+asio::awaitable<std::string> fetch_metrics(asio::ip::tcp::endpoint ep) {
+    beast::tcp_stream s(co_await asio::this_coro::executor);
+    co_await s.async_connect(ep, asio::use_awaitable);
+    beast::flat_buffer buf;
+    std::string text = co_await get_metrics(s, buf);
+    co_return text;
+}
+
+// the value of the sample line `name{labels} value` (labels as the server writes them, sorted);
+// -1 when absent
+double sample(const std::string& text, const std::string& series) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+            line[series.size()] == ' ')
+            return std::stod(line.substr(series.size() + 1));
+    return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +100,10 @@ int main(int argc, char** argv) {
     app.add_option("--expect-retried", expect_retried, "exactly this many requests were retried");
     app.add_option("--min-peak-in-flight", min_peak,
                    "the server had at least this many turns in flight at once");
+    bool check_metrics = false;
+    app.add_flag("--check-metrics", check_metrics,
+                 "scrape GET /metrics and check its counters against the requests made "
+                 "(needs --expect-retried)");
     CLI11_PARSE(app, argc, argv);
 
     asio::io_context io;
@@ -153,6 +178,44 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "load_client: FAIL: peak in flight %lld, expected at least %lld\n",
                      peak, min_peak);
         pass = false;
+    }
+    if (check_metrics) {
+        std::string text;
+        io.restart();
+        asio::co_spawn(io, fetch_metrics(ep), [&](std::exception_ptr e, std::string m) {
+            if (e) {
+                std::fprintf(stderr, "load_client: GET /metrics failed\n");
+                return;
+            }
+            text = std::move(m);
+        });
+        io.run();
+        // every request: one prompt, one chat; a retried one: a failed attempt, a retry, a wait
+        const double n = requests, r = expect_retried;
+        const std::pair<const char*, double> expected[] = {
+            {R"(coagent_prompts_total{outcome="succeeded"})", n},
+            {R"(coagent_chats_total{model="faux",outcome="ok",provider="faux"})", n},
+            {R"(coagent_attempts_total{model="faux",provider="faux",result="ok"})", n},
+            {R"(coagent_attempts_total{model="faux",provider="faux",result="capacity"})", r},
+            {R"(coagent_retries_total{limit="capacity",model="faux",provider="faux"})", r},
+            {"coagent_backoff_seconds_count", r},
+            {"coagent_chat_duration_seconds_count", n},
+            {"coagent_attempts_per_chat_count", n},
+            {"coagent_attempts_per_chat_sum", n + r},
+            {"coagent_sessions_in_backoff", 0},
+        };
+        int checked = 0;
+        for (const auto& [series, want] : expected) {
+            const double got = sample(text, series);
+            if (got != want) {
+                std::fprintf(stderr, "load_client: FAIL: /metrics %s is %g, expected %g\n", series,
+                             got, want);
+                pass = false;
+            }
+            ++checked;
+        }
+        std::printf("/metrics: %d series checked against %d requests, %d retried\n", checked,
+                    requests, expect_retried);
     }
     return pass ? 0 : 1;
 }

@@ -65,4 +65,11 @@ inline asio::awaitable<json::object> get_stats(beast::tcp_stream& s, beast::flat
     co_return std::move(v.as_object());
 }
 
+/// GET /metrics: the Prometheus text.
+inline asio::awaitable<std::string> get_metrics(beast::tcp_stream& s, beast::flat_buffer& buf) {
+    http::request<http::string_body> req(http::verb::get, "/metrics", 11);
+    http::response<http::string_body> res = co_await round_trip(s, buf, std::move(req));
+    co_return std::move(res.body());
+}
+
 }  // namespace coagent_example

@@ -11,7 +11,9 @@
 // first attempt of every other request (0, 2, 4, …) meets a `503 Service Unavailable` and the
 // session retries by itself after retry.baseDelayMs.
 //
-// `GET /stats` answers {"requests","completed","retries","inFlight","peakInFlight"}.
+// `GET /stats` answers {"requests","completed","retries","inFlight","peakInFlight"}; with
+// server_options::metrics, `GET /metrics` answers the Prometheus text of every session's
+// telemetry (docs/observability.md).
 //
 // Threading (docs/guide.md "Threading"): a session lives on one executor. Each connection runs on
 // its own strand of the io_context, and the session of each request is created on that strand,
@@ -19,6 +21,7 @@
 
 #include <coagent/providers/faux_provider.hpp>
 #include <coagent/session/agent_session.hpp>
+#include <coagent/telemetry/prometheus_telemetry.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -56,6 +59,8 @@ struct server_options {
     bool fail_every_other = true;           ///< a 503 on the first attempt of requests 0, 2, 4, …
     std::chrono::seconds idle_timeout{30};  ///< a keep-alive connection idle that long is closed
     std::shared_ptr<spdlog::logger> logger;  ///< sessions' logger (default: warnings to stderr)
+    /// every session's telemetry, served at GET /metrics (none: no /metrics)
+    std::shared_ptr<coagent::prometheus_telemetry> metrics;
 };
 
 struct server_stats {
@@ -78,7 +83,8 @@ struct turn_result {
 /// session on a faux provider that answers "You said: <text>", after a 503 when `fail_first`.
 inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first,
                                              std::int64_t base_delay_ms,
-                                             std::shared_ptr<spdlog::logger> logger) {
+                                             std::shared_ptr<spdlog::logger> logger,
+                                             std::shared_ptr<coagent::telemetry> metrics = {}) {
     coagent::faux_script script;
     if (fail_first) {
         coagent::faux_step e;
@@ -100,6 +106,7 @@ inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first,
     o.model_provider = std::make_shared<coagent::faux_provider>(std::move(fo));
     o.config.retry.base_delay_ms = base_delay_ms;
     o.logger = std::move(logger);
+    o.telemetry = std::move(metrics);
     coagent::agent_session session(std::move(o));
 
     turn_result t;
@@ -252,8 +259,8 @@ class prompt_server {
             std::int64_t peak = stats_.peak_in_flight.load();
             while (peak < now && !stats_.peak_in_flight.compare_exchange_weak(peak, now)) {
             }
-            turn_result t =
-                co_await run_turn(req.body(), fail_first, opts_.base_delay_ms, opts_.logger);
+            turn_result t = co_await run_turn(req.body(), fail_first, opts_.base_delay_ms,
+                                              opts_.logger, opts_.metrics);
             stats_.in_flight.fetch_sub(1);
             stats_.completed.fetch_add(1);
             stats_.retries.fetch_add(static_cast<std::uint64_t>(t.retries));
@@ -274,6 +281,9 @@ class prompt_server {
             o["inFlight"] = stats_.in_flight.load();
             o["peakInFlight"] = stats_.peak_in_flight.load();
             res.body() = json::serialize(o);
+        } else if (req.target() == "/metrics" && req.method() == http::verb::get && opts_.metrics) {
+            res.set(http::field::content_type, "text/plain; version=0.0.4");
+            res.body() = opts_.metrics->text();
         } else if (req.target() == "/prompt" || req.target() == "/stats") {
             res.result(http::status::method_not_allowed);
             res.body() = R"({"error":"POST /prompt, GET /stats"})";

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest example_http_server_load: starts examples/http_server on 127.0.0.1 (port chosen by the
-# OS), runs examples/load_client against it, then stops the server with SIGTERM and checks it
+# OS), runs examples/load_client against it (which also scrapes GET /metrics and checks every
+# counter against the requests it made), then stops the server with SIGTERM and checks it
 # exited cleanly. Usage: run_load_test.sh SERVER CLIENT BACKOFF_MS REQUESTS MAX_SECONDS [THREADS]
 set -euo pipefail
 server=$1 client=$2 backoff_ms=$3 requests=$4 max_seconds=$5 threads=${6:-1}
@@ -29,7 +30,8 @@ done
 rc=0
 # the server fails the first attempt of requests 0, 2, 4, …: half of them are retried once
 "$client" --port "$port" --requests "$requests" --max-seconds "$max_seconds" \
-  --expect-retried $(((requests + 1) / 2)) --min-peak-in-flight $((requests / 4)) || rc=$?
+  --expect-retried $(((requests + 1) / 2)) --min-peak-in-flight $((requests / 4)) \
+  --check-metrics || rc=$?
 
 kill -TERM "$pid"
 wait "$pid" || { src=$?; echo "server exited with $src:"; cat "$dir/err"; exit 1; }

@@ -1,4 +1,5 @@
 #include <coagent/modes/app.hpp>
+#include <coagent/telemetry/span_telemetry.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -400,6 +401,16 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
     so.model_provider = provider_;
     so.models = catalog_;
     so.config = store_.current();
+    const std::string trace = opts_.trace_file ? *opts_.trace_file : so.config.telemetry.trace_file;
+    if (!trace.empty()) {
+        try {
+            if (!trace_log_) trace_log_ = make_trace_file_logger(trace);
+        } catch (const std::exception& e) {
+            throw config_error("--trace-file / telemetry.traceFile: cannot open " + trace + ": " +
+                               e.what());
+        }
+        so.telemetry = std::make_shared<span_telemetry>(trace_log_);
+    }
     // stored (and matched by --continue) in its valid UTF-8 form: a name that is not UTF-8
     // gets U+FFFD, so the header is valid JSON and the session loads again
     so.cwd = to_valid_utf8(fs::current_path().string());

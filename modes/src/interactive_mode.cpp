@@ -293,6 +293,8 @@ class interactive_ui {
 
         const model_info m = session_->model();
         ctl_.set_model_label(model_selector(m));
+        update_totals();
+        ctl_.set_usage(session_->usage());
         ctl_.set_auto_retry_state(session_->auto_retry_enabled());
         const std::string why = app_.choice() ? " (" + app_.choice()->reason + ")" : "";
         ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id + why +
@@ -630,6 +632,7 @@ class interactive_ui {
             return;
         }
         ctl_.set_model_label(model_selector(session_->model()));
+        update_totals();
         ctl_.add_notice("Model: " + model_selector(session_->model()));
     }
 
@@ -652,6 +655,8 @@ class interactive_ui {
         sub_ = session_->subscribe([this](const event& e) { on_event(e); });
         ctl_.reset_transcript();
         ctl_.set_model_label(model_selector(session_->model()));
+        update_totals();
+        ctl_.set_usage(session_->usage());
         const auto file = session_->history().file();
         ctl_.add_notice((resume ? "Resumed " : "New session ") +
                         (file ? file->string() : std::string("(in memory)")));
@@ -756,8 +761,22 @@ class interactive_ui {
         if (std::holds_alternative<agent_start_event>(e) ||
             std::holds_alternative<retry_fallback_applied_event>(e))
             ctl_.set_model_label(model_selector(session_->model()));
+        // the footer's tokens, context and cost: a reply ended, a prompt settled
+        if (std::holds_alternative<message_end_event>(e) ||
+            std::holds_alternative<agent_settled_event>(e) ||
+            std::holds_alternative<compaction_end_event>(e))
+            update_totals();
+        // the footer's retry accounting: a retry decided, a chain or a prompt over
+        if (std::holds_alternative<auto_retry_start_event>(e) ||
+            std::holds_alternative<auto_retry_end_event>(e) ||
+            std::holds_alternative<agent_settled_event>(e))
+            ctl_.set_usage(session_->usage());
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();
+    }
+
+    void update_totals() {
+        ctl_.set_totals(totals_of(session_->history().messages(), session_->model()));
     }
 
     // ---- drawing ---------------------------------------------------------------------------
@@ -807,6 +826,7 @@ class interactive_ui {
         in.queued = ctl_.queued();
         in.loader = ctl_.loader_text();
         in.status = ctl_.status_text();
+        in.footer = ctl_.footer_text();
         in.text = editor_.text();
         in.cursor = editor_.cursor();
         in.width = width_;

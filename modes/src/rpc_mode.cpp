@@ -478,6 +478,25 @@ class rpc_server {
         d["tokens"] = std::move(tokens);
         // finite costs can still add up to infinity, which JSON cannot carry
         d["cost"] = std::isfinite(cost) ? cost : std::numeric_limits<double>::max();
+        // coagent's additions (issue 22): the retries and what failed attempts wasted
+        const session_usage& u = s.usage();
+        d["retries"] = u.retries;
+        json::object by_limit;
+        for (std::size_t i = 1; i < u.retries_by_limit.size(); ++i)
+            if (u.retries_by_limit[i] > 0)
+                by_limit[to_string(static_cast<limit_kind>(i))] = u.retries_by_limit[i];
+        d["retriesByLimit"] = std::move(by_limit);
+        json::object wasted;
+        wasted["input"] = u.wasted.input;
+        wasted["output"] = u.wasted.output;
+        wasted["cacheRead"] = u.wasted.cache_read;
+        wasted["cacheWrite"] = u.wasted.cache_write;
+        wasted["total"] = saturating_add(saturating_add(u.wasted.input, u.wasted.output),
+                                         saturating_add(u.wasted.cache_read, u.wasted.cache_write));
+        d["wastedTokens"] = std::move(wasted);
+        d["wastedCost"] = std::isfinite(u.wasted.cost.total) ? u.wasted.cost.total
+                                                             : std::numeric_limits<double>::max();
+        d["backoffMs"] = u.backoff_ms;
         return d;
     }
 

@@ -1,8 +1,11 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
 #include <coagent/modes/wait_text.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/json/serialize.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
@@ -14,6 +17,17 @@ namespace {
 
 constexpr std::string_view ellipsis = "\u2026";
 constexpr auto ctrl_c_window = std::chrono::seconds(2);
+constexpr auto spinner_frame = std::chrono::milliseconds(100);
+constexpr std::string_view spinner[] = {"\u280b", "\u2819", "\u2839", "\u2838", "\u283c",
+                                        "\u2834", "\u2826", "\u2827", "\u2807", "\u280f"};
+
+// 340, 1.2k, 12k, 1.2M: a token count in a few columns
+std::string compact_count(std::int64_t n) {
+    if (n < 1000) return std::to_string(n);
+    if (n < 10'000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
+    if (n < 1'000'000) return std::to_string(n / 1000) + "k";
+    return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
+}
 
 bool is_blank(std::string_view s) {
     return std::all_of(s.begin(), s.end(),
@@ -138,7 +152,9 @@ void tui_controller::on_event(const event& e, time_point now) {
         if (esc_ == esc_action::none) esc_ = esc_action::abort;
         if (loader_ == loader_kind::none || loader_ == loader_kind::retry)
             loader_ = loader_kind::working;
+        if (!working_since_) working_since_ = now;  // one clock for the prompt, retries included
         retry_error_.clear();
+        retry_limit_ = limit_kind::none;
     } else if (const auto* ms = std::get_if<message_start_event>(&e)) {
         if (ms->message && ms->message->role == message_role::user) {
             std::string text = text_of(*ms->message);
@@ -187,6 +203,7 @@ void tui_controller::on_event(const event& e, time_point now) {
         wait_start_ = now;
         wait_ms_ = std::max<std::int64_t>(0, rs->delay_ms);
         retry_error_ = rs->error_message;
+        retry_limit_ = rs->limit;
         pending_error_.reset();  // the loader shows that it failed; only a final failure is a line
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
         restore_escape();  // only if auto_retry_start saved one (maxRetries 0: end without start)
@@ -228,6 +245,7 @@ void tui_controller::on_event(const event& e, time_point now) {
         end_stream();
         flush_pending_error();
         busy_ = false;
+        working_since_.reset();
         saved_esc_.reset();
         esc_ = esc_action::none;
         loader_ = loader_kind::none;
@@ -236,9 +254,10 @@ void tui_controller::on_event(const event& e, time_point now) {
 }
 
 void tui_controller::on_tick(time_point now) {
-    const std::string before = loader_ == loader_kind::retry ? loader_text() : std::string();
+    const bool timed = loader_ == loader_kind::retry || loader_ == loader_kind::working;
+    const std::string before = timed ? loader_text() : std::string();
     now_ = now;
-    if (loader_ == loader_kind::retry && loader_text() != before) ++revision_;
+    if (timed && loader_text() != before) ++revision_;      // the countdown, the spinner
     if (ctrl_c_at_ && now - *ctrl_c_at_ > ctrl_c_window) {  // the pair's window has passed
         ctrl_c_at_.reset();
         ++revision_;
@@ -335,7 +354,7 @@ tui_command tui_controller::submit(std::string text) {
         busy_ = true;  // a second Enter before the turn starts is queued behind it
         if (esc_ == esc_action::none) esc_ = esc_action::abort;
         loader_ = loader_kind::working;
-        working_since_ = now_;
+        working_since_.reset();  // the clock starts at agent_start
     }
     ++revision_;
     return c;
@@ -503,6 +522,11 @@ std::int64_t tui_controller::wait_left_ms() const {
 
 std::optional<tui_controller::time_point> tui_controller::next_wakeup() const {
     std::optional<time_point> at = countdown_wakeup();
+    if (loader_ == loader_kind::working && working_since_) {  // the spinner's next frame
+        const auto frames = (now_ - *working_since_) / spinner_frame;
+        const time_point next = *working_since_ + (frames + 1) * spinner_frame;
+        if (!at || next < *at) at = next;
+    }
     if (ctrl_c_at_) {  // "Press Ctrl+C again" goes away when the window has passed
         const time_point end = *ctrl_c_at_ + ctrl_c_window + std::chrono::milliseconds(1);
         if (!at || end < *at) at = end;
@@ -526,8 +550,17 @@ std::string tui_controller::loader_text() const {
     switch (loader_) {
         case loader_kind::none:
             return {};
-        case loader_kind::working:
-            return "Working\u2026 (esc to interrupt)";
+        case loader_kind::working: {
+            // "⠏ Working… 3s": a frame every 100 ms, the seconds since the prompt's first start
+            const auto elapsed = working_since_ && now_ > *working_since_
+                                     ? now_ - *working_since_
+                                     : time_point::duration::zero();
+            const auto frame =
+                static_cast<std::size_t>(elapsed / spinner_frame) % std::size(spinner);
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count();
+            return std::string(spinner[frame]) + " Working\u2026 " + format_elapsed(ms) +
+                   " (esc to interrupt)";
+        }
         case loader_kind::retry:
             return "Retrying (" + std::to_string(attempt_) + "/" + std::to_string(max_attempts_) +
                    ") in " + format_wait(wait_left_ms()) + "\u2026 (esc to cancel)";
@@ -538,11 +571,84 @@ std::string tui_controller::loader_text() const {
     return {};
 }
 
+std::string tui_controller::usage_label(const session_usage& u) {
+    const std::int64_t wasted =
+        u.wasted.input + u.wasted.output + u.wasted.cache_read + u.wasted.cache_write;
+    if (u.retries == 0 && wasted == 0 && u.backoff_ms == 0) return {};
+    std::string s = std::to_string(u.retries) + (u.retries == 1 ? " retry" : " retries");
+    if (wasted > 0) s += " \u00b7 " + std::to_string(wasted) + " tokens wasted";
+    if (u.wasted.cost.total > 0) s += fmt::format(" \u00b7 ${:.4f} wasted", u.wasted.cost.total);
+    if (u.backoff_ms > 0)
+        s += fmt::format(" \u00b7 {:.1f} s in backoff", static_cast<double>(u.backoff_ms) / 1e3);
+    return s;
+}
+
+std::string tui_controller::totals_label(const session_totals& t) {
+    std::string s = compact_count(t.input) + " in \u00b7 " + compact_count(t.output) + " out";
+    if (t.context_window > 0) {
+        const double pct =
+            100.0 * static_cast<double>(t.context_tokens) / static_cast<double>(t.context_window);
+        s += " \u00b7 " + fmt::format("{:.0f}", pct) + "% of " + compact_count(t.context_window) +
+             " context";
+    }
+    if (t.priced)
+        s += t.cost < 1 ? fmt::format(" \u00b7 ${:.4f}", t.cost)
+                        : fmt::format(" \u00b7 ${:.2f}", t.cost);
+    return s;
+}
+
+std::string tui_controller::footer_text() const {
+    std::string s = model_label_;
+    for (const std::string* part : {&totals_label_, &usage_label_})
+        if (!part->empty()) s += (s.empty() ? "" : " \u00b7 ") + *part;
+    return s;
+}
+
+std::string_view limit_words(limit_kind k) noexcept {
+    switch (k) {
+        case limit_kind::rate:
+            return "rate limited";
+        case limit_kind::quota:
+            return "usage limit";
+        case limit_kind::billing:
+            return "out of credit";
+        case limit_kind::capacity:
+            return "provider overloaded";
+        case limit_kind::server:
+            return "provider error";
+        case limit_kind::transport:
+            return "connection lost";
+        case limit_kind::none:
+            break;
+    }
+    return {};
+}
+
+session_totals totals_of(const std::vector<message_ptr>& messages, const model_info& m) {
+    session_totals t;
+    t.context_window = m.context_window;
+    t.priced =
+        m.cost.input > 0 || m.cost.output > 0 || m.cost.cache_read > 0 || m.cost.cache_write > 0;
+    for (const auto& msg : messages) {
+        if (!msg || msg->role != message_role::assistant) continue;
+        const token_usage& u = msg->usage;
+        t.input = saturating_add(t.input, saturating_add(u.input, u.cache_read));
+        t.output = saturating_add(t.output, u.output);
+        t.cost += u.cost.total;
+        const std::int64_t whole =
+            u.total_tokens > 0 ? u.total_tokens
+                               : saturating_add(saturating_add(u.input, u.output),
+                                                saturating_add(u.cache_read, u.cache_write));
+        if (whole > 0) t.context_tokens = whole;  // the last reply that reported its usage
+    }
+    return t;
+}
+
 std::string tui_controller::status_text() const {
     if (ctrl_c_at_) return "Press Ctrl+C again to exit";
     if (!hint_.empty()) return hint_;
-    if (pick_) return model_label_ + " \u00b7 a number and enter: pick \u00b7 esc: cancel";
-    std::string s = model_label_;
+    if (pick_) return "a number and enter: pick \u00b7 esc: cancel";
+    std::string s;  // the model and the figures are the footer's
     const auto sep = [&] {
         if (!s.empty()) s += " \u00b7 ";
     };
@@ -551,8 +657,10 @@ std::string tui_controller::status_text() const {
         s += std::to_string(queued_.size()) + " queued";
     }
     sep();
-    if (loader_ == loader_kind::retry) {
+    if (loader_ == loader_kind::retry) {  // "… · rate limited · 429 Too Many Requests"
         s += "enter: retry now \u00b7 esc: cancel the retry";
+        if (const auto words = limit_words(retry_limit_); !words.empty())
+            s += " \u00b7 " + std::string(words);
         if (!retry_error_.empty()) s += " \u00b7 " + one_line(retry_error_, 160);
     } else if (busy_) {
         s += "esc: interrupt \u00b7 enter: queue a follow-up";

@@ -164,7 +164,7 @@ live_region compose_live(const live_input& in) {
         }
     }
     // keep the region on the screen: show the input rows around the cursor
-    const int fixed = static_cast<int>(live.size()) + 1;
+    const int fixed = static_cast<int>(live.size()) + 1 + (in.footer.empty() ? 0 : 1);
     const int max_rows = std::max(1, in.height - fixed);
     int first = 0;
     if (static_cast<int>(rows.size()) > max_rows)
@@ -176,6 +176,8 @@ live_region compose_live(const live_input& in) {
         live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
                                   row_style::input});
     live.push_back(screen_row{truncate_to_width(in.status, w), row_style::status});
+    if (!in.footer.empty())
+        live.push_back(screen_row{truncate_to_width(in.footer, w), row_style::status});
     // a terminal smaller than the fixed rows: drop from the top, keep the cursor
     while (static_cast<int>(live.size()) > std::max(in.height, 1) && out.cursor_row > 0) {
         live.erase(live.begin());

@@ -52,6 +52,18 @@ std::vector<faux_step> faux_syntax::parse_steps(std::string_view text, const std
             if (!e->is_string()) step_error(source, i, "\"error\" must be a string");
             st.type = faux_step::kind::error;
             st.text = e->get_string();
+            if (const auto* u = o.if_contains("usage")) {
+                if (!u->is_object()) step_error(source, i, "\"usage\" must be an object");
+                token_usage tu;
+                const auto& uo = u->get_object();
+                tu.input = non_negative_int(uo, "input", source, i);
+                tu.output = non_negative_int(uo, "output", source, i);
+                tu.cache_read = non_negative_int(uo, "cacheRead", source, i);
+                tu.cache_write = non_negative_int(uo, "cacheWrite", source, i);
+                tu.total_tokens = saturating_add(saturating_add(tu.input, tu.output),
+                                                 saturating_add(tu.cache_read, tu.cache_write));
+                st.usage = tu;
+            }
             if (const auto* sv = o.if_contains("status")) {
                 if (!sv->is_int64() || sv->get_int64() < 100 || sv->get_int64() > 599)
                     step_error(source, i, "\"status\" must be an HTTP status (100-599)");
@@ -203,6 +215,7 @@ asio::awaitable<void> faux_provider::stream(const provider_request& req, message
             out.stop = stop_reason::error;
             out.error_message = step->text;
             out.error_status = step->status;
+            if (step->usage) out.usage = *step->usage;  // what a failed attempt still cost
             co_return;
         case faux_step::kind::tool_call: {
             std::size_t n;

@@ -1,4 +1,5 @@
 #include <coagent/retry/backoff.hpp>
+#include <coagent/runtime/manual_clock.hpp>
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/private_files.hpp>
 
@@ -72,8 +73,12 @@ agent_session::agent_session(session_options o)
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       backoff_(executor_, clock_) {
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
-    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty()) {
+    if (o.auth || o.models || o.now_ms || !o.system_prompt.empty() || o.telemetry) {
         auto& r = rare();
+        if (o.telemetry) {
+            r.tel = std::make_unique<telemetry_state>();
+            r.tel->sink = std::move(o.telemetry);
+        }
         r.auth = std::move(o.auth);
         r.catalog = std::move(o.models);
         r.now_ms = std::move(o.now_ms);
@@ -178,7 +183,11 @@ void agent_session::switch_provider(std::shared_ptr<provider> p, bool temporary)
 bool agent_session::switch_credential(const std::string& provider_name,
                                       std::optional<std::int64_t> hint_ms) {
     const auto auth = rare_ && rare_->auth ? rare_->auth : provider_->credentials();
-    return auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), hint_ms);
+    const bool switched =
+        auth && auth->mark_usage_limit_reached(provider_name, history_.session_id(), hint_ms);
+    if (rare_ && rare_->tel)
+        rare_->tel->sink->credential_switch(tel_now(), provider_name, switched);
+    return switched;
 }
 
 std::optional<retry_fallback_applied_event> agent_session::switch_model(
@@ -195,7 +204,10 @@ std::optional<retry_fallback_applied_event> agent_session::switch_model(
     };
     auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), hint_ms, now_ms(),
                                              config_.retry, usable);
-    if (applied) switch_provider(std::move(next), true);
+    if (applied) {
+        switch_provider(std::move(next), true);
+        if (rare_->tel) rare_->tel->sink->fallback(tel_now(), applied->from, applied->to);
+    }
     return applied;
 }
 void agent_session::restore_fallback_primary() {
@@ -284,6 +296,139 @@ void agent_session::abort() {
     queue_.drop_all(dropped);
 }
 
+// ---- telemetry and usage accounting --------------------------------------------------------
+
+const session_usage& agent_session::usage() const noexcept {
+    static const session_usage none;
+    return usage_ ? *usage_ : none;
+}
+
+session_usage& agent_session::usage_mut() {
+    if (!usage_) usage_ = std::make_unique<session_usage>();
+    return *usage_;
+}
+
+std::int64_t agent_session::tel_now() const {
+    if (clock_ == clock_kind::manual) return manual_clock::now().time_since_epoch().count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+void agent_session::tel_prompt_start() {
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    t.prompt_open = true;
+    t.sink->prompt_start(tel_now());
+}
+
+void agent_session::tel_prompt_end() {
+    if (!rare_ || !rare_->tel || !rare_->tel->prompt_open) return;
+    auto& t = *rare_->tel;
+    t.prompt_open = false;
+    t.sink->prompt_end(tel_now(), policy_.result().outcome);
+}
+
+void agent_session::tel_refused(prompt_result::status outcome) {
+    if (!rare_ || !rare_->tel) return;
+    const std::int64_t now = tel_now();
+    rare_->tel->sink->prompt_start(now);
+    rare_->tel->sink->prompt_end(now, outcome);
+}
+
+void agent_session::tel_attempt_start(const model_info& m) {
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    if (t.provider != m.provider) t.provider = m.provider;
+    if (t.model != m.id) t.model = m.id;
+    const std::int64_t now = tel_now();
+    const telemetry_model model{t.provider, t.model};
+    if (!t.chat_open) {
+        t.chat_open = true;
+        t.attempts = 0;
+        t.chat_start = now;
+        t.sink->chat_start(now, model);
+    }
+    t.attempt_start = now;
+    t.sink->attempt_start(now, model, t.attempts);
+}
+
+void agent_session::tel_attempt_end(const message& reply) {
+    const bool failed = reply.stop == stop_reason::error || reply.stop == stop_reason::aborted;
+    if (failed) {
+        token_usage& w = usage_mut().wasted;
+        w.input += reply.usage.input;
+        w.output += reply.usage.output;
+        w.cache_read += reply.usage.cache_read;
+        w.cache_write += reply.usage.cache_write;
+        w.total_tokens += reply.usage.total_tokens;
+        w.cost.input += reply.usage.cost.input;
+        w.cost.output += reply.usage.cost.output;
+        w.cost.cache_read += reply.usage.cost.cache_read;
+        w.cost.cache_write += reply.usage.cost.cache_write;
+        w.cost.total += reply.usage.cost.total;
+    }
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    const std::int64_t now = tel_now();
+    if (failed) {  // a failed reply ends its run: tel_classified() reports it
+        t.end_pending = true;
+        t.pending_end = now;
+        t.pending_usage = reply.usage;
+        return;
+    }
+    const telemetry_model model{t.provider, t.model};
+    t.last_result = "ok";
+    t.sink->attempt_end(now, {model, t.attempt_start, t.attempts++, "ok", reply.usage, false});
+    t.chat_open = false;
+    t.sink->chat_end(now, {model, t.chat_start, true, {}, t.attempts});
+}
+
+void agent_session::tel_classified(const message& last, const classification& c) {
+    if (!rare_ || !rare_->tel || !rare_->tel->end_pending) return;
+    auto& t = *rare_->tel;
+    t.end_pending = false;
+    if (last.stop == stop_reason::aborted) {
+        t.last_result = "aborted";
+        t.rule = "none";
+    } else {
+        t.last_result = c.limit != limit_kind::none ? to_string(c.limit) : "other";
+        t.rule = c.rule;
+    }
+    t.sink->attempt_end(t.pending_end, {{t.provider, t.model},
+                                        t.attempt_start,
+                                        t.attempts++,
+                                        t.last_result,
+                                        t.pending_usage,
+                                        true});
+}
+
+void agent_session::tel_decided(const run_action& a) {
+    if (!rare_ || !rare_->tel || !rare_->tel->chat_open) return;
+    switch (a.what) {
+        case run_action::kind::run:
+        case run_action::kind::wait:
+        case run_action::kind::switch_credential:
+        case run_action::kind::switch_model:
+            return;  // the chat goes on: its next attempt follows
+        default:
+            break;
+    }
+    auto& t = *rare_->tel;
+    t.chat_open = false;
+    t.sink->chat_end(tel_now(),
+                     {{t.provider, t.model}, t.chat_start, false, t.last_result, t.attempts});
+}
+
+void agent_session::tel_retry(const auto_retry_start_event& e) {
+    session_usage& u = usage_mut();
+    ++u.retries;
+    ++u.retries_by_limit[static_cast<std::size_t>(e.limit)];
+    if (!rare_ || !rare_->tel) return;
+    auto& t = *rare_->tel;
+    t.sink->retry(tel_now(), {{t.provider, t.model}, e.attempt, e.delay_ms, t.rule, e.limit});
+}
+
 // ---- the prompt -------------------------------------------------------------------------
 
 asio::awaitable<prompt_result> agent_session::prompt(std::string text,
@@ -318,13 +463,17 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
             co_return co_await wait_for_settle(id);
         co_return co_await queue_while_busy(std::move(text), behavior, id);
     }
-    if (compacting_) co_return refused_while_compacting();
+    if (compacting_) {
+        tel_refused(prompt_result::status::refused);
+        co_return refused_while_compacting();
+    }
     busy_ = true;
     running_id_ = id;
     abort_.reset();
     run_state st;
     st.pending = std::make_shared<message>(make_user_message(std::move(text)));
     st.id = id;
+    tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
     co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
@@ -332,6 +481,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
 // the run policy's events, in the order it decides them (agent_session is its event_sink: no
 // sink object in any coroutine frame)
 void agent_session::operator()(event e) {
+    if (const auto* r = std::get_if<auto_retry_start_event>(&e)) tel_retry(*r);
     emit(std::move(e));
 }
 
@@ -348,16 +498,21 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     st.pending = nullptr;
                     a = end_run(out);
                 }
+                tel_decided(a);
                 break;
             case run_action::kind::switch_credential:
                 a = policy_.on_credential_switch(
                     switch_credential(policy_.limit_provider(), a.retry_hint_ms), config_, sink());
+                tel_decided(a);
                 break;
             case run_action::kind::switch_model:
                 a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, sink());
+                tel_decided(a);
                 break;
             case run_action::kind::wait: {
                 if (a.drop_failed_reply) drop_trailing_failed_assistant();
+                const std::int64_t wait_from = tel_now();
+                if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
                 // awaited directly as a deferred operation: no wrapper frame, not even
                 // use_awaitable's initiation frame (which would sit in a recycled block of a
                 // freed, larger frame)
@@ -366,11 +521,17 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                         ? co_await post_continue()
                         : !std::get<0>(co_await backoff_.async_wait(
                               delay_to_duration(a.delay_ms), asio::as_tuple(asio::deferred)));
+                if (const std::int64_t waited = (tel_now() - wait_from) / 1'000'000; waited > 0)
+                    usage_mut().backoff_ms += waited;
+                if (rare_ && rare_->tel)
+                    rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
                 a = policy_.on_wait_done(elapsed, has_queued(), sink());
+                tel_decided(a);
                 break;
             }
             case run_action::kind::compact: {
                 const bool ok = co_await compact_context(a.reason, {}, a.resume);
+                if (rare_ && rare_->tel) rare_->tel->sink->compaction(tel_now(), a.reason, ok);
                 a = policy_.on_compaction_done(ok, has_queued());
                 break;
             }
@@ -394,6 +555,7 @@ run_action agent_session::end_run(run_outcome& out) {
         const model_info m = provider_->model();
         in.cls = classify(*in.last, m, now_ms());
         in.over_threshold = over_threshold(*in.last, m, config_.compaction);
+        tel_classified(*in.last, in.cls);
     }
     in.abort_requested = abort_.requested();
     in.has_queued = has_queued();
@@ -414,6 +576,8 @@ run_action agent_session::next_queued(run_state& st, bool prompt_over_aborted) {
         running_id_ = next->id;
     }
     abort_.reset();  // an abort of the retried stream is not the follow-up's
+    tel_prompt_end();
+    tel_prompt_start();
     return policy_.begin_next();
 }
 
@@ -423,6 +587,7 @@ void agent_session::settle(bool has_result) {
         *last_result_ = policy_.result();
     }
     busy_ = false;
+    tel_prompt_end();
     queue_.wake_all();  // the prompts queued while busy
     emit(agent_settled_event{});
 }
@@ -434,6 +599,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
     if (behavior == streaming_behavior::none) {
         r.outcome = prompt_result::status::refused;
         r.error = busy_text;
+        tel_refused(r.outcome);
         co_return r;
     }
     queue_.push(behavior == streaming_behavior::steer,
@@ -457,6 +623,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         const run_action first = st.pending || queue_.has_steers()
                                      ? policy_.begin_prompt()
                                      : policy_.begin_handover(has_queued());
+        tel_prompt_start();
         co_await perform(first, st);
         if (!cancelled)
             co_return own_result ? std::move(*own_result)
@@ -464,6 +631,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
                                  : last_result();
     }
     if (cancelled) {
+        tel_refused(prompt_result::status::aborted);
         r.outcome = prompt_result::status::aborted;
         r.error = "Cancelled before it ran";
         co_return r;
@@ -515,17 +683,22 @@ asio::awaitable<run_action> agent_session::stream_summary(summary_state& st) {
     reply->provider = model.provider;
     reply->model = model.id;
     reply->timestamp = wall_clock_ms();
+    bool attempted = false;
     if (abort_.requested()) {
         reply->stop = stop_reason::aborted;
     } else {
         st.request->model = model;
+        tel_attempt_start(model);
         co_await p->stream(*st.request, *reply, quiet, abort_);
+        attempted = true;
     }
     if (abort_.requested() && reply->stop != stop_reason::error) reply->stop = stop_reason::aborted;
+    if (attempted) tel_attempt_end(*reply);
     policy_.on_reply_end(*reply, sink());
     run_end in;
     in.cls = classify(*reply, model, now_ms());
     in.last = reply;
+    tel_classified(*reply, in.cls);
     in.abort_requested = abort_.requested();
     in.can_fall_back = catalog_ptr() != nullptr;
     st.reply = std::move(reply);
@@ -564,19 +737,23 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
         reply->timestamp = wall_clock_ms();
         const provider_request req = build_request();
         observer obs(*this, reply);
+        bool attempted = false;
         streaming_ = true;
         if (abort_.requested()) {
             reply->stop = stop_reason::aborted;
             reply->error_message = "Request was aborted";
         } else {
             const std::shared_ptr<provider> p = provider_;  // set_model may switch it meanwhile
+            tel_attempt_start(req.model);
             co_await p->stream(req, *reply, obs, abort_);
+            attempted = true;
         }
         streaming_ = false;
         if (abort_.requested() && reply->stop != stop_reason::error) {
             reply->stop = stop_reason::aborted;
             if (!reply->error_message) reply->error_message = "Request was aborted";
         }
+        if (attempted) tel_attempt_end(*reply);
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});

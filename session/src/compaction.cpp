@@ -224,6 +224,8 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
     policy_.begin_compaction();
     r.ok =
         co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
+    if (rare_ && rare_->tel)
+        rare_->tel->sink->compaction(tel_now(), compaction_reason::manual, r.ok);
     if (!r.ok)
         r.error = policy_.user_aborted() ? "Compaction aborted"
                                          : "Compaction failed or had nothing to compact";

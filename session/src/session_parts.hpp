@@ -25,6 +25,23 @@ struct agent_session::run_outcome {
     message_ptr last;
 };
 
+struct agent_session::telemetry_state {
+    std::shared_ptr<telemetry> sink;
+    bool prompt_open = false;
+    bool chat_open = false;
+    int attempts = 0;      // in the open chat
+    std::string provider;  // of the open chat's latest attempt
+    std::string model;
+    std::string_view last_result;  // of the latest attempt (a static string)
+    // a failed attempt's end waits for the run's classification (perform classifies it once)
+    bool end_pending = false;
+    std::int64_t pending_end = 0;  // ns
+    token_usage pending_usage;
+    std::string rule;                // the classification rule of the latest failed attempt
+    std::int64_t chat_start = 0;     // ns
+    std::int64_t attempt_start = 0;  // ns
+};
+
 struct agent_session::rare_members {
     std::shared_ptr<auth_storage> auth;
     std::shared_ptr<model_catalog> catalog;
@@ -33,6 +50,7 @@ struct agent_session::rare_members {
     extension_runner extensions;
     tool_runner tools;
     std::optional<std::string> name;
+    std::unique_ptr<telemetry_state> tel;  // with session_options::telemetry only
 };
 
 }  // namespace coagent

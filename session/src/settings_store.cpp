@@ -120,14 +120,7 @@ json::value load_chains(const settings& s) {
     return o;
 }
 
-constexpr schema_entry chains(std::string_view key) {
-    schema_entry e{key, value_type::chains, 0, 0, 0, nullptr, nullptr};
-    e.store_json = &store_chains;
-    e.load_json = &load_chains;
-    return e;
-}
-
-// A free-form string setting (a name: "anthropic", "claude-sonnet-4-5"); empty is its default.
+// a free string (a file path, a provider or model name)
 template <auto Group, auto Field>
 constexpr schema_entry text(std::string_view key) {
     schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
@@ -135,6 +128,13 @@ constexpr schema_entry text(std::string_view key) {
         (s.*Group).*Field = std::string(v.get_string());
     };
     e.load_json = [](const settings& s) { return json::value((s.*Group).*Field); };
+    return e;
+}
+
+constexpr schema_entry chains(std::string_view key) {
+    schema_entry e{key, value_type::chains, 0, 0, 0, nullptr, nullptr};
+    e.store_json = &store_chains;
+    e.load_json = &load_chains;
     return e;
 }
 
@@ -162,6 +162,7 @@ constexpr schema_entry schema[] = {
     integer<&settings::provider, &provider_settings::stream_idle_timeout_ms>(
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
+    text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
     text<&settings::selection, &model_selection_settings::default_provider>("defaultProvider"),
     text<&settings::selection, &model_selection_settings::default_model>("defaultModel"),
     boolean<&settings::tui, &tui_settings::markdown>("tui.markdown", true),
@@ -188,10 +189,11 @@ std::string_view type_name(value_type t) noexcept {
         case value_type::boolean:
             return "boolean";
         case value_type::choice:
-        case value_type::text:
             return "string";
         case value_type::chains:
             return "object";
+        case value_type::text:
+            return "string";
         case value_type::integer:
             break;
     }
@@ -298,6 +300,10 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
         if (!v.is_bool()) fail(expected_text(e));
         return v.get_bool() ? 1 : 0;
     }
+    if (e.type == value_type::text) {
+        if (!v.is_string()) return fail(expected_text(e));
+        return 0;
+    }
     if (e.type == value_type::chains) {
         if (!v.is_object()) return fail(expected_text(e));
         for (const auto& kv : v.get_object()) {
@@ -316,10 +322,6 @@ std::int64_t check_value(const schema_entry& e, const json::value& v, const std:
                     bad(m, "a \"provider/model\" string");
             }
         }
-        return 0;
-    }
-    if (e.type == value_type::text) {
-        if (!v.is_string()) fail(expected_text(e));
         return 0;
     }
     if (e.type == value_type::choice) {

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <csignal>
 #include <set>
+#include <sstream>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -571,7 +572,12 @@ TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to
     auto stats = p.call("t1", "get_session_stats").at("data").as_object();
     CHECK(keys(stats) == std::set<std::string>{"sessionFile", "sessionId", "userMessages",
                                                "assistantMessages", "toolCalls", "toolResults",
-                                               "totalMessages", "tokens", "cost"});
+                                               "totalMessages", "tokens", "cost", "retries",
+                                               "retriesByLimit", "wastedTokens", "wastedCost",
+                                               "backoffMs"});
+    CHECK(stats.at("retries") == 0);
+    CHECK(stats.at("retriesByLimit") == json::object());
+    CHECK(stats.at("backoffMs") == 0);
     CHECK(stats.at("userMessages") == 1);
     CHECK(stats.at("assistantMessages") == 1);
     CHECK(stats.at("toolCalls") == 0);
@@ -987,6 +993,55 @@ TEST_CASE("rpc mode: a chain run to exhaustion: the exact failed auto_retry_end 
           strings{"agent_end{final}", "auto_retry_end{fail,2}", "agent_settled"});
     p.close_stdin();
     CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("rpc mode: get_session_stats counts retries and waste, --trace-file writes the spans",
+          "[rpc][process][retry][telemetry]") {
+    rpc_env env(R"({"retry":{"baseDelayMs":1,"maxRetries":2}})");
+    const std::string trace = (env.dir.path / "trace.jsonl").string();
+    rpc_process p(
+        env,
+        fa({"--trace-file", trace},
+           R"([{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":3,"usage":{"input":5,"output":1}}])"));
+    p.next();
+    p.call("p", "prompt", {{"message", "hi"}});
+    p.next_of("agent_settled");
+    auto stats = p.call("t1", "get_session_stats").at("data").as_object();
+    CHECK(stats.at("assistantMessages") == 3);
+    CHECK(stats.at("retries") == 2);
+    CHECK(stats.at("retriesByLimit") == obj(R"({"capacity":2})"));
+    CHECK(stats.at("wastedTokens") ==
+          obj(R"({"input":15,"output":3,"cacheRead":0,"cacheWrite":0,"total":18})"));
+    CHECK(stats.at("tokens").at("input") == 15);  // the reference's sum: every attempt
+    CHECK(stats.at("wastedCost") == 0.0);
+    CHECK(stats.at("backoffMs").to_number<std::int64_t>() >= 3);  // 1 ms + 2 ms, real clock
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+
+    // three attempts (resend_count 0, 1, 2) under one chat under one prompt, one trace
+    std::istringstream in(read_file(trace));
+    std::vector<json::object> spans;
+    for (std::string line; std::getline(in, line);) spans.push_back(json::parse(line).as_object());
+    REQUIRE(spans.size() == 5);
+    strings names;
+    for (const auto& sp : spans) names.emplace_back(sp.at("name").as_string());
+    CHECK(names == strings{"attempt", "attempt", "attempt", "chat faux", "prompt"});
+    const auto& chat = spans[3];
+    const auto& prompt = spans[4];
+    for (int i = 0; i < 3; ++i) {
+        CHECK(spans[i].at("parent_span_id") == chat.at("span_id"));
+        CHECK(spans[i].at("attributes").at("http.request.resend_count") == i);
+        CHECK(spans[i].at("attributes").at("error.type") == "capacity");
+        CHECK(spans[i].at("status") == "error");
+        CHECK(spans[i].at("trace_id") == prompt.at("trace_id"));
+    }
+    CHECK(chat.at("parent_span_id") == prompt.at("span_id"));
+    CHECK(chat.at("attributes").at("coagent.retry.attempt") == 2);
+    CHECK(chat.at("attributes").at("error.type") == "capacity");
+    CHECK(prompt.at("parent_span_id") == "");
+    CHECK(prompt.at("attributes").at("coagent.prompt.outcome") == "failed");
+    CHECK(prompt.at("trace_id").as_string().size() == 32);
+    CHECK(prompt.at("span_id").as_string().size() == 16);
 }
 
 TEST_CASE("rpc mode: retry_now ends the backoff at once, refused when nothing waits",

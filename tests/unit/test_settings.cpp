@@ -141,6 +141,12 @@ struct env_guard {
 
 }  // namespace
 
+TEST_CASE("telemetry.traceFile: a string, strictly", "[settings][telemetry]") {
+    auto store = settings_store::defaults();
+    CHECK(store.current().telemetry.trace_file.empty());
+    CHECK(coagent::setting_value(store.current(), "telemetry.traceFile") == json::value(""));
+}
+
 TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     struct expected_key {
         std::string key;
@@ -163,6 +169,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"provider.connectTimeoutMs", "integer", 10000},
         {"provider.streamIdleTimeoutMs", "integer", 120000},
         {"provider.attemptTimeoutMs", "integer", 600000},
+        {"telemetry.traceFile", "string", ""},
         {"defaultProvider", "string", ""},
         {"defaultModel", "string", ""},
         {"tui.markdown", "boolean", true},

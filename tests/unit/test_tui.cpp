@@ -169,7 +169,7 @@ TEST_CASE(
 
     d.start_prompt("hello");
     CHECK(d.c.escape_action() == esc_action::abort);
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
 
     d.failed_attempt("503 Service Unavailable", true);
     d.retry_start(1, 3, 2000, "503 Service Unavailable");
@@ -185,7 +185,7 @@ TEST_CASE(
     d.ev(agent_start_event{});  // the retry begins: the handler comes back
     CHECK(d.c.escape_action() == esc_action::abort);
     CHECK_FALSE(d.c.saved_escape_action());
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 2s (esc to interrupt)");
     d.ev(turn_start_event{});
     d.failed_attempt("503 Service Unavailable", true);
     d.retry_start(2, 3, 4000, "503 Service Unavailable");
@@ -565,7 +565,7 @@ TEST_CASE("tui: compaction loaders and their end lines") {
     ce.aborted = true;
     ce.error_message = "Compaction aborted";
     d.ev(ce);
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
     d.settle();
     CHECK(d.lines(kind::notice).back() == "Compaction cancelled");
     CHECK(d.lines(kind::error).empty());  // the overflow error went to compaction, not to a line
@@ -1628,4 +1628,141 @@ TEST_CASE("command line: --resume picks by number, anything else is refused") {
     CHECK(list.find("1. ") == 0);
     CHECK(list.find("  first question\n2. ") != std::string::npos);
     CHECK(list.ends_with("  (no message)\n"));
+}
+
+TEST_CASE("tui: the footer shows the session's retries, waste and backoff (issue 22)") {
+    tui_controller c;
+    c.set_model_label("faux/faux");
+    session_usage u;
+    CHECK(tui_controller::usage_label(u).empty());
+    c.set_usage(u);
+    CHECK(c.footer_text() == "faux/faux");
+    CHECK(c.status_text().starts_with("enter: send"));
+    u.retries = 2;
+    u.wasted.input = 15;
+    u.wasted.output = 3;
+    u.backoff_ms = 3000;
+    CHECK(tui_controller::usage_label(u) ==
+          "2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff");
+    const auto before = c.revision();
+    c.set_usage(u);
+    CHECK(c.revision() > before);
+    CHECK(c.footer_text() ==
+          "faux/faux \u00b7 2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff");
+    u.retries = 1;
+    u.wasted.cost.total = 0.0012;
+    CHECK(tui_controller::usage_label(u) ==
+          "1 retry \u00b7 18 tokens wasted \u00b7 $0.0012 wasted \u00b7 3.0 s in backoff");
+}
+
+TEST_CASE("tui: the working spinner turns every 100 ms and counts the prompt's seconds") {
+    driver d;
+    d.start_prompt("x");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
+    REQUIRE(d.c.next_wakeup());
+    CHECK(*d.c.next_wakeup() == t0 + 100ms);
+    d.advance(99ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
+    auto rev = d.c.revision();
+    d.advance(1ms);
+    CHECK(d.c.revision() != rev);  // a new frame
+    CHECK(d.c.loader_text() == "\u2819 Working\u2026 0s (esc to interrupt)");
+    CHECK(*d.c.next_wakeup() == t0 + 200ms);
+    d.advance(2850ms);  // 2950 ms: frame 29 % 10 = 9
+    CHECK(d.c.loader_text() == "\u280f Working\u2026 2s (esc to interrupt)");
+    d.advance(50ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 3s (esc to interrupt)");
+    d.advance(62'000ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 1m 5s (esc to interrupt)");
+    d.settle();
+    CHECK(d.c.loader_text().empty());
+    CHECK_FALSE(d.c.next_wakeup());  // idle: nothing moves
+
+    CHECK(format_elapsed(0) == "0s");
+    CHECK(format_elapsed(59'999) == "59s");
+    CHECK(format_elapsed(60'000) == "1m 0s");
+    CHECK(format_elapsed(3'600'000 + 180'000) == "1h 3m");
+}
+
+TEST_CASE("tui: during a backoff the status line names the limit in words") {
+    CHECK(limit_words(limit_kind::rate) == "rate limited");
+    CHECK(limit_words(limit_kind::capacity) == "provider overloaded");
+    CHECK(limit_words(limit_kind::transport) == "connection lost");
+    CHECK(limit_words(limit_kind::quota) == "usage limit");
+    CHECK(limit_words(limit_kind::billing) == "out of credit");
+    CHECK(limit_words(limit_kind::server) == "provider error");
+    CHECK(limit_words(limit_kind::none).empty());
+
+    driver d;
+    d.start_prompt("x");
+    d.failed_attempt("429 Too Many Requests", true);
+    auto_retry_start_event rs;
+    rs.attempt = 1;
+    rs.max_attempts = 3;
+    rs.delay_ms = 2000;
+    rs.error_message = "429 Too Many Requests";
+    rs.limit = limit_kind::rate;
+    d.ev(rs);
+    CHECK(d.c.status_text() ==
+          "enter: retry now \u00b7 esc: cancel the retry \u00b7 rate limited \u00b7 429 Too Many "
+          "Requests");
+    d.advance(2000ms);
+    d.ev(agent_start_event{});  // the retried attempt: the limit is gone from the status line
+    CHECK(d.c.status_text().find("rate limited") == std::string::npos);
+}
+
+TEST_CASE("tui: the footer has the model, tokens in and out, context use and cost") {
+    model_info m("p", "m", "openai-completions", 200000);
+    const auto with_usage = [](std::string text, token_usage u) {
+        auto m = std::make_shared<message>(*assistant_msg(std::move(text)));
+        m->usage = u;
+        return message_ptr(std::move(m));
+    };
+    token_usage u1;
+    u1.input = 1000;
+    u1.cache_read = 200;
+    u1.output = 300;
+    u1.cost.total = 0.01;
+    token_usage u2;
+    u2.input = 9000;
+    u2.output = 1000;
+    u2.total_tokens = 10'000;
+    u2.cost.total = 0.0023;
+    const auto a1 = with_usage("one", u1), a2 = with_usage("two", u2);
+    const std::vector<message_ptr> history{user_msg("q1"), a1, user_msg("q2"), a2};
+    auto t = totals_of(history, m);
+    CHECK(t.input == 10'200);
+    CHECK(t.output == 1300);
+    CHECK(t.context_tokens == 10'000);  // the last reply's whole context
+    CHECK_FALSE(t.priced);              // the model has no prices: no cost shown
+    CHECK(tui_controller::totals_label(t) == "10k in \u00b7 1.3k out \u00b7 5% of 200k context");
+    m.cost.input = 3;
+    t = totals_of(history, m);
+    CHECK(t.priced);
+    CHECK(tui_controller::totals_label(t) ==
+          "10k in \u00b7 1.3k out \u00b7 5% of 200k context \u00b7 $0.0123");
+    m.context_window = 0;  // unknown window: no percentage
+    CHECK(tui_controller::totals_label(totals_of(history, m)) ==
+          "10k in \u00b7 1.3k out \u00b7 $0.0123");
+
+    tui_controller c;
+    c.set_model_label("p/m");
+    c.set_totals(t);
+    session_usage u;
+    u.retries = 1;
+    c.set_usage(u);
+    CHECK(c.footer_text() ==
+          "p/m \u00b7 10k in \u00b7 1.3k out \u00b7 5% of 200k context \u00b7 $0.0123 \u00b7 1 "
+          "retry");
+    const auto rev = c.revision();
+    c.set_totals(t);  // the same figures: nothing to redraw
+    CHECK(c.revision() == rev);
+
+    // the footer is the live region's last row
+    auto in = live_of(U"", 0, 40);
+    in.footer = "p/m \u00b7 12 in \u00b7 3 out";
+    const auto out = tui::compose_live(in);
+    REQUIRE(out.rows.size() == 5);
+    CHECK(out.rows[3] == screen_row{"st", row_style::status});
+    CHECK(out.rows[4] == screen_row{"p/m \u00b7 12 in \u00b7 3 out", row_style::status});
 }

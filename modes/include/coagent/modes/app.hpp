@@ -32,6 +32,8 @@ struct app_options {
     std::optional<std::filesystem::path> session_dir;
     bool continue_last = false;
     std::optional<std::filesystem::path> session_file;
+    /// --trace-file: span records as JSON lines (wins over telemetry.traceFile)
+    std::optional<std::string> trace_file;
     /// File descriptor 1 was closed when coagent started (reserve_standard_descriptors): RPC
     /// mode then exits 1 at once.
     bool stdout_closed = false;
@@ -174,6 +176,7 @@ class app_context {
     std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
     std::optional<model_choice> choice_;
+    std::shared_ptr<spdlog::logger> trace_log_;  // the span records' file, opened once
 };
 
 /// --list-models: the rows whose "provider/id" contains `pattern` (case-insensitive), as an

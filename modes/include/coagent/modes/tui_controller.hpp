@@ -21,6 +21,22 @@ namespace coagent {
 
 // ---- the event controller ------------------------------------------------------------------
 
+/// The footer's figures over the session (issue 23): tokens in and out, the context the last
+/// reply used out of the model's window, and the cost when the model has prices.
+struct session_totals {
+    std::int64_t input = 0, output = 0;  ///< summed over the replies (cache reads in input)
+    std::int64_t context_tokens = 0;     ///< the last reply's whole context
+    std::int64_t context_window = 0;     ///< 0: unknown
+    double cost = 0;
+    bool priced = false;  ///< the model has prices
+};
+/// The totals of `messages` (a session's history) on model `m`.
+session_totals totals_of(const std::vector<message_ptr>& messages, const model_info& m);
+
+/// A limit kind in words for the status line: "rate limited", "provider overloaded",
+/// "connection lost", "usage limit", …; "" for none.
+std::string_view limit_words(limit_kind k) noexcept;
+
 /// What Esc does right now.
 enum class esc_action {
     none,         ///< idle: nothing to interrupt
@@ -155,6 +171,26 @@ class tui_controller {
         model_label_ = std::move(label);
         ++revision_;
     }
+    /// The session's retry accounting, shown in the status line after the model (issue 22).
+    void set_usage(const session_usage& u) {
+        std::string label = usage_label(u);
+        if (label == usage_label_) return;
+        usage_label_ = std::move(label);
+        ++revision_;
+    }
+    /// "2 retries · 18 tokens wasted · 3.0 s in backoff" ("$0.0012 wasted" when it cost);
+    /// "" when nothing was retried or wasted.
+    static std::string usage_label(const session_usage& u);
+    /// The session's tokens, context use and cost, shown in the footer after the model.
+    void set_totals(const session_totals& t) {
+        std::string label = totals_label(t);
+        if (label == totals_label_) return;
+        totals_label_ = std::move(label);
+        ++revision_;
+    }
+    /// "1.2k in · 340 out · 3% of 128k context · $0.0123" (the cost only when priced; the
+    /// percentage only when the window is known).
+    static std::string totals_label(const session_totals& t);
     /// A line shown in the transcript as a notice (e.g. the welcome line).
     void add_notice(std::string text);
     /// Any transcript entry (e.g. the messages of a resumed session).
@@ -167,8 +203,12 @@ class tui_controller {
     loader_kind loader() const noexcept { return loader_; }
     /// The loader line (empty when there is none).
     std::string loader_text() const;
-    /// The status line under the input: model, state, key hints.
+    /// The status line under the input: state and key hints (the last retryable error and its
+    /// limit in words while a retry waits).
     std::string status_text() const;
+    /// The footer under the status line: model, tokens, context, cost, retries (one place for
+    /// both issue 22's accounting and issue 23's figures).
+    std::string footer_text() const;
     const std::vector<transcript_item>& transcript() const noexcept { return transcript_; }
     /// The last transcript item is a reply that is still streaming.
     bool streaming() const noexcept { return streaming_; }
@@ -216,10 +256,13 @@ class tui_controller {
     tui_command slash(std::string_view input);
     tui_command submit(std::string text);
     std::optional<time_point> countdown_wakeup() const;
-    time_point working_since_{};  // when the current turn began (the spinner's elapsed time)
+    std::optional<time_point> working_since_;  // the current turn's start (the spinner's clock)
     std::vector<transcript_item> transcript_;
     std::vector<std::string> queued_;
     std::string model_label_;
+    std::string usage_label_;
+    std::string totals_label_;
+    limit_kind retry_limit_ = limit_kind::none;
     bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };

@@ -4,7 +4,7 @@
 //
 // Script: a JSON array of steps, e.g.
 //   [{"error":"503 Service Unavailable","status":503,"times":2},{"text":"Hello"}]
-// Steps: {"error":TEXT,"status"?:N} | {"text":TEXT,"usage"?:{input,output,cacheRead,cacheWrite}}
+// Steps: {"error":TEXT,"status"?:N,"usage"?:{…}} | {"text":TEXT,"usage"?:{input,output,cacheRead,cacheWrite}}
 //        | {"toolCall":{"name":…,"arguments":{…}}}; any step may carry "times":N (repeat),
 //        "delayMs":N (answer after N ms) and "stallMs":N (stop sending mid-stream for N ms).
 // When the script runs out: the non-retryable error "faux script exhausted".
@@ -31,7 +31,7 @@ struct faux_step : scripted::step_base {
     enum class kind { error, text, tool_call };
     kind type = kind::text;
     std::optional<int> status;         // error
-    std::optional<token_usage> usage;  // text
+    std::optional<token_usage> usage;  // text, error (a failed attempt's usage)
 };
 
 /// A malformed script: what() names the source (file or "<inline faux script>") and the

@@ -60,10 +60,15 @@ struct tui_settings {
     bool markdown = true;  // tui.markdown: assistant replies rendered as Markdown
 };
 
+struct telemetry_settings {
+    std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
+};
+
 struct settings {
     retry_settings retry;
     compaction_settings compaction;
     provider_settings provider;
+    telemetry_settings telemetry;
     model_selection_settings selection;
     tui_settings tui;
 };

@@ -21,6 +21,7 @@
 #include <coagent/session/model_catalog.hpp>
 #include <coagent/session/provider.hpp>
 #include <coagent/session/run_policy.hpp>
+#include <coagent/session/telemetry.hpp>
 #include <coagent/session/tool_runner.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -63,6 +64,8 @@ struct session_options {
     std::string system_prompt;
     std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
+    /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
+    std::shared_ptr<coagent::telemetry> telemetry;
 };
 
 /// The result of a manual compaction.
@@ -231,6 +234,8 @@ class agent_session : private event_sink {
     /// The model fallback state (retry.fallbackChains); null until a usage limit met a chain.
     const model_fallback* fallback() const noexcept { return fallback_.get(); }
     std::size_t pending_message_count() const noexcept { return queue_.size(); }
+    /// Wasted tokens and cost, backoff time, retries by limit (all zero until an attempt failed).
+    const session_usage& usage() const noexcept;
     const std::string& session_id() const noexcept { return history_.session_id(); }
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
@@ -295,6 +300,18 @@ class agent_session : private event_sink {
     void restore_fallback_primary();
     void switch_provider(std::shared_ptr<provider> p, bool temporary);
     provider_request build_request() const;
+    // telemetry and usage accounting (a pointer test each when there is no telemetry)
+    struct telemetry_state;
+    std::int64_t tel_now() const;
+    void tel_prompt_start();
+    void tel_prompt_end();
+    void tel_refused(prompt_result::status outcome);
+    void tel_attempt_start(const model_info& m);
+    void tel_attempt_end(const message& reply);
+    void tel_classified(const message& last, const classification& c);
+    void tel_decided(const run_action& a);
+    void tel_retry(const auto_retry_start_event& e);
+    session_usage& usage_mut();
 
     boost::asio::any_io_executor executor_;
     std::shared_ptr<provider> provider_;
@@ -306,6 +323,9 @@ class agent_session : private event_sink {
     run_policy policy_;  // every decision at the end of a run
     std::unique_ptr<model_fallback>
         fallback_;              // created on first use: a parked session stays small
+    // the usage accounting, from the first failed attempt (not in rare_: a session parked in
+    // backoff would pay for all of rare_members)
+    std::unique_ptr<session_usage> usage_;
     cancellable_wait backoff_;  // inline: one allocation less per session
     abort_signal abort_;
     // the result of the latest busy period, for the prompts queued in it; allocated at the first
