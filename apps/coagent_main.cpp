@@ -165,6 +165,9 @@ int main(int argc, char** argv) {
                    "else faux, the embedded offline provider)");
     app.add_option("--model", model, "Model id, or PROVIDER/ID");
     app.add_flag("--no-session", o.no_session, "Keep the session history in memory only");
+    app.add_flag("--no-markdown", o.no_markdown,
+                 "Interactive mode: show replies as plain text, not rendered Markdown "
+                 "(tui.markdown: false)");
     app.add_option("--session-dir", session_dir,
                    "Directory for session files (default: $COAGENT_DIR/sessions)");
     app.add_flag("-c,--continue", o.continue_last, "Continue the latest session of this directory");

@@ -289,6 +289,8 @@ class interactive_ui {
         bool have_terminfo = false;
         tui::terminal_caps caps = load_terminfo_caps(have_terminfo);
         screen_.emplace(std::move(caps));
+        printer_.set_markdown(app_.settings_layers().current().tui.markdown &&
+                              !app_.options().no_markdown);
         std::tie(width_, height_) = term_.size();
 
         const model_info m = session_->model();
@@ -814,15 +816,15 @@ class interactive_ui {
 
     /// The transcript rows not printed yet (all of them after a reset), plus the streaming
     /// reply's last row, which stays in the live region while it can still change.
-    void collect(std::vector<screen_row>& commit, std::optional<screen_row>& stream_row,
+    void collect(std::vector<screen_row>& commit, std::vector<screen_row>& stream_rows,
                  bool finish) {
         printer_.collect(ctl_.transcript(), !finish && ctl_.streaming(), width_, commit,
-                         stream_row);
+                         stream_rows);
     }
 
-    tui::live_region compose_live(std::optional<screen_row> stream_row) const {
+    tui::live_region compose_live(std::vector<screen_row> stream_rows) const {
         tui::live_input in;
-        in.stream_row = std::move(stream_row);
+        in.stream_rows = std::move(stream_rows);
         in.queued = ctl_.queued();
         in.loader = ctl_.loader_text();
         in.status = ctl_.status_text();
@@ -836,9 +838,9 @@ class interactive_ui {
 
     std::string collect_and_render(bool finish) {
         std::vector<screen_row> commit;
-        std::optional<screen_row> stream_row;
-        collect(commit, stream_row, finish);
-        const tui::live_region live = compose_live(std::move(stream_row));
+        std::vector<screen_row> stream_rows;
+        collect(commit, stream_rows, finish);
+        const tui::live_region live = compose_live(std::move(stream_rows));
         return screen_->render(commit, live.rows, live.cursor_row, live.cursor_col);
     }
 
@@ -848,9 +850,9 @@ class interactive_ui {
         if (full) {
             printer_.reset();
             std::vector<screen_row> all;
-            std::optional<screen_row> stream_row;
-            collect(all, stream_row, false);
-            const tui::live_region live = compose_live(std::move(stream_row));
+            std::vector<screen_row> stream_rows;
+            collect(all, stream_rows, false);
+            const tui::live_region live = compose_live(std::move(stream_rows));
             out = screen_->redraw(all, live.rows, live.cursor_row, live.cursor_col);
         } else {
             out = collect_and_render(false);
@@ -944,6 +946,8 @@ tui::terminal_caps load_terminfo_caps(bool& found) {
     take(c.reset, "sgr0");
     take(c.bold, "bold");
     take(c.dim, "dim");
+    take(c.italic, "sitm");
+    take(c.underline, "smul");
     if (const std::string setaf = cap("setaf"); !setaf.empty()) {
         c.red = param(setaf, 1);
         c.yellow = param(setaf, 3);

@@ -1,6 +1,7 @@
 // The layout of the interactive terminal UI (see tui_layout.hpp).
 
 #include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_markdown.hpp>
 #include <coagent/modes/tui_text.hpp>
 
 #include <algorithm>
@@ -40,7 +41,8 @@ void transcript_printer::reset() noexcept {
 
 void transcript_printer::collect(const std::vector<transcript_item>& items, bool streaming,
                                  int width, std::vector<screen_row>& commit,
-                                 std::optional<screen_row>& stream_row) {
+                                 std::vector<screen_row>& stream_rows) {
+    stream_rows.clear();
     const int w = std::max(width, 4);
     while (committed_items_ < items.size()) {
         const std::size_t i = committed_items_;
@@ -54,6 +56,23 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
             item_started_ = true;
             item_offset_ = 0;
             item_rows_ = 0;
+            item_blocks_ = 0;
+        }
+        if (markdown_ && item.type == transcript_item::kind::assistant) {
+            std::string_view text = item.text;
+            if (live) text.remove_suffix(incomplete_utf8_tail(text));  // the rest is coming
+            auto blocks = markdown_blocks(live ? text : strip_trailing_newlines(text), w);
+            const std::size_t done = live && !blocks.empty() ? blocks.size() - 1 : blocks.size();
+            for (std::size_t k = item_blocks_; k < done; ++k)
+                commit.insert(commit.end(), blocks[k].begin(), blocks[k].end());
+            item_blocks_ = std::max(item_blocks_, done);
+            if (live) {
+                if (!blocks.empty() && blocks.size() > item_blocks_) stream_rows = blocks.back();
+                return;
+            }
+            ++committed_items_;
+            item_started_ = false;
+            continue;
         }
         const auto row_of = [&](std::string text) {
             screen_row r{std::move(text), st};
@@ -68,7 +87,7 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
                 commit.push_back(row_of(std::move(rows[k].text)));
             item_offset_ += rows.back().begin;
             const std::size_t keep = item_rows_;
-            stream_row = row_of(std::move(rows.back().text));
+            stream_rows = {row_of(std::move(rows.back().text))};
             item_rows_ = keep;  // the live row is not printed yet
             return;
         }
@@ -86,7 +105,7 @@ live_region compose_live(const live_input& in) {
     live_region out;
     auto& live = out.rows;
     const int w = std::max(in.width, 4);
-    if (in.stream_row) live.push_back(*in.stream_row);
+    live.insert(live.end(), in.stream_rows.begin(), in.stream_rows.end());
     const auto& q = in.queued;
     for (std::size_t k = 0; k < q.size() && k < 3; ++k)
         live.push_back(screen_row{truncate_to_width("Queued: " + q[k], w), row_style::notice});

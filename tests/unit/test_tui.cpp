@@ -7,6 +7,7 @@
 #include <coagent/modes/tui_controller.hpp>
 #include <coagent/modes/tui_keys.hpp>
 #include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_markdown.hpp>
 #include <coagent/modes/tui_screen.hpp>
 #include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
@@ -1167,12 +1168,12 @@ TEST_CASE("tui layout: transcript rows are committed once, the streaming row sta
     tui::transcript_printer p;
     std::vector<transcript_item> items{{kind::user, "hello"}, {kind::assistant, "hi there\n\n "}};
     std::vector<screen_row> commit;
-    std::optional<screen_row> live;
+    std::vector<screen_row> live;
     p.collect(items, false, 20, commit, live);
     CHECK(commit == std::vector<screen_row>{{"> hello", row_style::user},
                                             {"", row_style::plain},
                                             {"hi there", row_style::assistant}});
-    CHECK_FALSE(live);
+    CHECK(live.empty());
     commit.clear();
     p.collect(items, false, 20, commit, live);
     CHECK(commit.empty());  // printed for good: never again
@@ -1182,18 +1183,18 @@ TEST_CASE("tui layout: transcript rows are committed once, the streaming row sta
     p.collect(items, true, 10, commit, live);
     CHECK(commit ==
           std::vector<screen_row>{{"", row_style::plain}, {"one two", row_style::assistant}});
-    CHECK(live == screen_row{"three four", row_style::assistant});
+    CHECK(live == std::vector<screen_row>{{"three four", row_style::assistant}});
     items.back().text += " five";
     commit.clear();
-    live.reset();
+    live.clear();
     p.collect(items, true, 10, commit, live);
     CHECK(commit == std::vector<screen_row>{{"three four", row_style::assistant}});
-    CHECK(live == screen_row{"five", row_style::assistant});
+    CHECK(live == std::vector<screen_row>{{"five", row_style::assistant}});
     commit.clear();
-    live.reset();
+    live.clear();
     p.collect(items, false, 10, commit, live);  // the reply ended
     CHECK(commit == std::vector<screen_row>{{"five", row_style::assistant}});
-    CHECK_FALSE(live);
+    CHECK(live.empty());
 
     // a user message wraps with "  " under "> "; the others keep their style; reset reprints
     std::vector<transcript_item> more{{kind::user, "aaaa bbbb"},
@@ -1226,7 +1227,7 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
     auto with_queue = live_of(U"", 0, 20);
     with_queue.queued = {"a", "b", "c", "d", "e"};
     with_queue.loader = "Retrying";
-    with_queue.stream_row = screen_row{"partial", row_style::assistant};
+    with_queue.stream_rows = {screen_row{"partial", row_style::assistant}};
     const std::string r20 = rule_of(20), r6 = rule_of(6);
     const row rows[] = {
         {"plain input",
@@ -1765,4 +1766,122 @@ TEST_CASE("tui: the footer has the model, tokens in and out, context use and cos
     REQUIRE(out.rows.size() == 5);
     CHECK(out.rows[3] == screen_row{"st", row_style::status});
     CHECK(out.rows[4] == screen_row{"p/m \u00b7 12 in \u00b7 3 out", row_style::status});
+}
+
+// ---- Markdown (issue 23) ------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> texts_of(const std::vector<screen_row>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) out.push_back(r.text);
+    return out;
+}
+
+std::vector<screen_row> flat(const std::vector<std::vector<screen_row>>& blocks) {
+    std::vector<screen_row> out;
+    for (const auto& b : blocks) out.insert(out.end(), b.begin(), b.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tui markdown: headings, emphasis, lists, quotes, code, tables and links laid out",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    using ss = tui::span_style;
+    const auto blocks = tui::markdown_blocks(
+        "# Title here\n\nSome *emphasis*, **strong** and `code`, a [link](https://x.org).\n\n"
+        "- one\n- two\n  1. nested\n\n> quoted text\n\n```cpp\nint main() { return 0; }\n```\n\n"
+        "| a | bb |\n|---|----|\n| 1 | 22 |\n\n---\n",
+        40);
+    REQUIRE(blocks.size() == 7);
+    CHECK(texts_of(flat(blocks)) ==
+          std::vector<std::string>{"Title here",
+                                   "",
+                                   "Some emphasis, strong and code, a link",
+                                   "(https://x.org).",
+                                   "",
+                                   "\u2022 one",
+                                   "\u2022 two",
+                                   "  1. nested",
+                                   "",
+                                   "\u2502 quoted text",
+                                   "",
+                                   "  int main() { return 0; }",
+                                   "",
+                                   "\u250c\u2500\u2500\u2500\u252c\u2500\u2500\u2500\u2500\u2510",
+                                   "\u2502 a \u2502 bb \u2502",
+                                   "\u251c\u2500\u2500\u2500\u253c\u2500\u2500\u2500\u2500\u2524",
+                                   "\u2502 1 \u2502 22 \u2502",
+                                   "\u2514\u2500\u2500\u2500\u2534\u2500\u2500\u2500\u2500\u2518",
+                                   "",
+                                   rule_of(40)});
+    // the heading bold as one span; emphasis italic, strong bold, inline code, the link
+    CHECK(blocks[0][0].spans == std::vector<tui::row_span>{{0, 10, ss::bold}});
+    CHECK(blocks[1][1].spans ==
+          std::vector<tui::row_span>{
+              {5, 13, ss::italic}, {15, 21, ss::bold}, {26, 30, ss::code}, {34, 38, ss::link}});
+    CHECK(blocks[1][2].spans == std::vector<tui::row_span>{{0, 15, ss::dim}});  // the url
+    // fenced code: its own style, indented, never re-flowed
+    CHECK(blocks[4][1].spans == std::vector<tui::row_span>{{2, 26, ss::code}});
+    // the table's header is bold
+    CHECK(blocks[5][2].spans[1] == tui::row_span{4, 5, ss::bold});
+
+    // a paragraph wraps at words with its styles kept; a code line longer than the row is cut
+    const auto narrow = tui::markdown_blocks("**two words** here\n\n    abcdefghij\n", 8);
+    CHECK(texts_of(narrow[0]) == std::vector<std::string>{"two", "words", "here"});
+    CHECK(narrow[0][0].spans == std::vector<tui::row_span>{{0, 3, ss::bold}});
+    CHECK(texts_of(narrow[1]) == std::vector<std::string>{"", "  abcdef", "  ghij"});
+}
+
+TEST_CASE("tui markdown: escape sequences from the model stay neutralised", "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    const auto blocks = tui::markdown_blocks(
+        "red \x1b[31mtext\x1b[0m &#27;[2J\n\n```\ncode \x1b]0;title\x07\n```\n", 40);
+    for (const auto& r : flat(blocks)) {
+        INFO(r.text);
+        CHECK(r.text.find('\x1b') == std::string::npos);
+        CHECK(r.text.find('\x07') == std::string::npos);
+    }
+    CHECK(blocks[0][0].text == "red \ufffd[31mtext\ufffd[0m \ufffd[2J");
+}
+
+TEST_CASE("tui markdown: a streaming reply commits each finished block once, the last stays live",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    tui::transcript_printer p;
+    p.set_markdown(true);
+    std::vector<transcript_item> items{{kind::assistant, "# Head"}};
+    std::vector<screen_row> commit, live;
+    p.collect(items, true, 40, commit, live);
+    CHECK(commit.empty());
+    CHECK(texts_of(live) == std::vector<std::string>{"Head"});
+
+    items[0].text += "\n\nfirst *para";  // the heading is complete: printed for good
+    p.collect(items, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"Head"});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "first *para"});
+
+    commit.clear();
+    items[0].text += "graph* done\n\n- item";
+    p.collect(items, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"", "first paragraph done"});
+    CHECK(commit[1].spans == std::vector<tui::row_span>{{6, 15, tui::span_style::italic}});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "\u2022 item"});
+
+    commit.clear();
+    p.collect(items, true, 40, commit, live);
+    CHECK(commit.empty());  // nothing is printed twice
+
+    p.collect(items, false, 40, commit, live);  // the reply ended: the last block too
+    CHECK(texts_of(commit) == std::vector<std::string>{"", "\u2022 item"});
+    CHECK(live.empty());
+
+    // off: the text as written
+    tui::transcript_printer plain;
+    commit.clear();
+    std::vector<transcript_item> md{{kind::assistant, "**bold**"}};
+    plain.collect(md, false, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"**bold**"});
 }

@@ -29,6 +29,7 @@ struct app_options {
     std::optional<std::filesystem::path> faux_log;
     std::int64_t faux_context_window = 128000;
     bool no_session = false;
+    bool no_markdown = false;  ///< --no-markdown: the terminal UI shows replies as plain text
     std::optional<std::filesystem::path> session_dir;
     bool continue_last = false;
     std::optional<std::filesystem::path> session_file;
