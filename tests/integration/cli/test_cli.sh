@@ -10,6 +10,8 @@ export COAGENT_DIR="$work/home"
 # every run names --provider faux; the few that test the choice without one (a resumed
 # session's recorded model, the default when no key exists) must not find a developer's key
 unset OPENAI_API_KEY ANTHROPIC_API_KEY
+# stdin that is not a terminal is read as (part of) the prompt: runs that pipe none read nothing
+exec </dev/null
 mkdir -p "$COAGENT_DIR"
 echo '{"retry":{"baseDelayMs":1}}' > "$COAGENT_DIR/settings.json"
 cd "$work"

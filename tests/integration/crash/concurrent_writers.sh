@@ -11,6 +11,7 @@
 #    holder (--session FILE and --continue), and racing writers keep every line whole.
 # Usage: concurrent_writers.sh <coagent> <coagent_crash_helper>
 set -uo pipefail
+exec </dev/null  # a stdin that is not a terminal would be read as the prompt
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 procs=${COAGENT_WRITERS_PROCESSES:-6}

@@ -16,6 +16,7 @@
 # leaves an empty file. It must load as an empty session: the empty files are checked and
 # continued with `coagent --session FILE` like the others.
 set -uo pipefail
+exec </dev/null  # a stdin that is not a terminal would be read as the prompt
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 iterations=${COAGENT_KILL9_ITERATIONS:-40}
