@@ -59,15 +59,30 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
             item_blocks_ = 0;
         }
         if (markdown_ && item.type == transcript_item::kind::assistant) {
+            // parsed from the first block not printed yet (item_offset_): the blocks before it
+            // are finished, so a long reply costs its tail, not its whole text, per redraw.
+            // (CR line ends give no offsets: then all of it, skipping the blocks printed.)
             std::string_view text = item.text;
             if (live) text.remove_suffix(incomplete_utf8_tail(text));  // the rest is coming
-            auto blocks = markdown_blocks(live ? text : strip_trailing_newlines(text), w);
-            const std::size_t done = live && !blocks.empty() ? blocks.size() - 1 : blocks.size();
-            for (std::size_t k = item_blocks_; k < done; ++k)
-                commit.insert(commit.end(), blocks[k].begin(), blocks[k].end());
-            item_blocks_ = std::max(item_blocks_, done);
+            if (!live) text = strip_trailing_newlines(text);
+            const bool offsets = text.find('\r') == std::string_view::npos;
+            if (offsets) text = text.substr(std::min(item_offset_, text.size()));
+            std::vector<block_position> pos;
+            auto blocks = markdown_blocks(text, w, &pos, offsets && item_blocks_ > 0);
+            const std::size_t first = offsets ? 0 : item_blocks_;
+            // while it streams, the blocks up to the first open one are printed
+            std::size_t done = blocks.size();
             if (live) {
-                if (!blocks.empty() && blocks.size() > item_blocks_) stream_rows = blocks.back();
+                done = 0;
+                while (done < pos.size() && pos[done].closed) ++done;
+            }
+            for (std::size_t k = first; k < done; ++k)
+                commit.insert(commit.end(), blocks[k].begin(), blocks[k].end());
+            item_blocks_ = offsets ? item_blocks_ + done : std::max(item_blocks_, done);
+            if (live) {
+                for (std::size_t k = std::max(first, done); k < blocks.size(); ++k)
+                    stream_rows.insert(stream_rows.end(), blocks[k].begin(), blocks[k].end());
+                if (offsets && done < pos.size()) item_offset_ += pos[done].start;
                 return;
             }
             ++committed_items_;

@@ -375,7 +375,9 @@ struct node_free {
 
 }  // namespace
 
-std::vector<std::vector<screen_row>> markdown_blocks(std::string_view text, int width) {
+std::vector<std::vector<screen_row>> markdown_blocks(std::string_view text, int width,
+                                                     std::vector<block_position>* positions,
+                                                     bool continuing) {
     cmark_gfm_core_extensions_ensure_registered();
     std::unique_ptr<cmark_parser, parser_free> parser(cmark_parser_new(CMARK_OPT_DEFAULT));
     for (const char* ext : {"table", "strikethrough", "autolink"})
@@ -384,10 +386,42 @@ std::vector<std::vector<screen_row>> markdown_blocks(std::string_view text, int 
     cmark_parser_feed(parser.get(), text.data(), text.size());
     std::unique_ptr<cmark_node, node_free> doc(cmark_parser_finish(parser.get()));
     std::vector<std::vector<screen_row>> out;
+    // line starts, for `positions` (cmark gives a block's first line; CR line ends: not known)
+    std::vector<std::size_t> lines;
+    if (positions) {
+        positions->clear();
+        if (text.find('\r') == std::string_view::npos) {
+            lines.push_back(0);
+            for (std::size_t i = 0; i < text.size(); ++i)
+                if (text[i] == '\n') lines.push_back(i + 1);
+        }
+    }
     for (cmark_node* n = cmark_node_first_child(doc.get()); n; n = cmark_node_next(n)) {
         auto rows = block(n, std::max(width, 4));
-        if (!out.empty()) rows.insert(rows.begin(), screen_row{"", row_style::assistant, {}});
+        if (!out.empty() || continuing)
+            rows.insert(rows.begin(), screen_row{"", row_style::assistant, {}});
         out.push_back(std::move(rows));
+        if (positions) {
+            const int line = cmark_node_get_start_line(n);
+            block_position pos;
+            pos.start = line >= 1 && static_cast<std::size_t>(line) <= lines.size()
+                            ? lines[static_cast<std::size_t>(line) - 1]
+                            : std::string_view::npos;
+            // closed: the line before the next block is blank (cmark's end line of a list
+            // counts the blank lines after it, so the text is asked, not the node)
+            if (cmark_node* next = cmark_node_next(n)) {
+                const int nl = cmark_node_get_start_line(next);
+                if (nl >= 2 && static_cast<std::size_t>(nl) <= lines.size()) {
+                    const std::size_t b = lines[static_cast<std::size_t>(nl) - 2],
+                                      e = lines[static_cast<std::size_t>(nl) - 1];
+                    pos.closed =
+                        text.substr(b, e - b).find_first_not_of(" \t\n") == std::string_view::npos;
+                } else {
+                    pos.closed = nl > cmark_node_get_end_line(n) + 1;  // CR line ends
+                }
+            }
+            positions->push_back(pos);
+        }
     }
     return out;
 }

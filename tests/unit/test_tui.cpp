@@ -1878,10 +1878,54 @@ TEST_CASE("tui markdown: a streaming reply commits each finished block once, the
     CHECK(texts_of(commit) == std::vector<std::string>{"", "\u2022 item"});
     CHECK(live.empty());
 
+    // a list ends at a blank line too: what follows it does not keep it live
+    tui::transcript_printer lp;
+    lp.set_markdown(true);
+    std::vector<transcript_item> li{{kind::assistant, "- one\n- two\n\npara one\n\npara"}};
+    commit.clear();
+    lp.collect(li, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"\u2022 one", "\u2022 two", "", "para one"});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "para"});
+    // a line that follows a block directly may still change it: both stay live
+    li[0].text += "\n| a |\n|---|\n|";
+    commit.clear();
+    lp.collect(li, true, 40, commit, live);
+    CHECK(commit.empty());
+
     // off: the text as written
     tui::transcript_printer plain;
     commit.clear();
     std::vector<transcript_item> md{{kind::assistant, "**bold**"}};
     plain.collect(md, false, 40, commit, live);
     CHECK(texts_of(commit) == std::vector<std::string>{"**bold**"});
+}
+
+TEST_CASE("tui markdown: streamed in pieces, the rows printed equal the whole reply's layout",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    const std::string doc =
+        "# Title\n\nA paragraph with **bold\ntext** over two lines.\n\n- one\n- two\n\n  still "
+        "two\n\n"
+        "```\ncode 1\n\ncode 2\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> quote\n> more\n\nend";
+    for (const std::string& text :
+         {doc, [&] {
+              std::string crlf;  // CR LF line ends: no offsets, the whole text each time
+              for (char ch : doc) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+              return crlf;
+          }()}) {
+        for (std::size_t step : {1u, 7u, 50u}) {
+            INFO("step " << step << (text.find('\r') != std::string::npos ? " CRLF" : " LF"));
+            tui::transcript_printer p;
+            p.set_markdown(true);
+            std::vector<transcript_item> items{{kind::assistant, ""}};
+            std::vector<screen_row> printed, live;
+            for (std::size_t at = 0; at < text.size(); at += step) {
+                items[0].text = text.substr(0, at + step);
+                p.collect(items, true, 30, printed, live);
+            }
+            p.collect(items, false, 30, printed, live);
+            CHECK(live.empty());
+            CHECK(texts_of(printed) == texts_of(flat(tui::markdown_blocks(doc, 30))));
+        }
+    }
 }

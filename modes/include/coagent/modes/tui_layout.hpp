@@ -27,8 +27,8 @@ class transcript_printer {
     /// Appends to `commit` the rows of `items` not printed yet, at `width` columns (at least 4).
     /// `streaming`: the last item is a reply still streaming; its rows but the last are
     /// committed, and the last is returned in `stream_rows` (replaced). With Markdown, a reply's
-    /// blocks are committed when complete (every block but the last while it streams) and the
-    /// rows of the last block stay live.
+    /// blocks are committed when finished (a blank line before the next block) and the rows of
+    /// the open blocks stay live; only the text from the first open block is parsed again.
     void collect(const std::vector<transcript_item>& items, bool streaming, int width,
                  std::vector<screen_row>& commit, std::vector<screen_row>& stream_rows);
     /// Prints everything again from the first item (a full redraw).

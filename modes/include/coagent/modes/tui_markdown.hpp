@@ -17,6 +17,19 @@ namespace coagent::tui {
 /// indented code (indented two columns, never re-wrapped) in the code style; block quotes
 /// behind "│ "; list items behind "• " or "N. "; tables with aligned, boxed columns; links as
 /// their text followed by " (url)" when it differs; a thematic break as a rule.
-std::vector<std::vector<screen_row>> markdown_blocks(std::string_view text, int width);
+/// Where a block is in the source, for a reply that streams.
+struct block_position {
+    std::size_t start = 0;  ///< byte offset of its first line (npos: CR line ends, unknown)
+    /// A blank line separates it from a following block: text appended later can no longer
+    /// change it (a table row, a list item or a paragraph line that follows directly can).
+    bool closed = false;
+};
+
+/// `positions`, when given, receives each block's position, so a streaming reply can print
+/// its closed blocks and parse only from the first open one next time. `continuing`: blocks
+/// precede `text` (its first block gets the blank row too).
+std::vector<std::vector<screen_row>> markdown_blocks(
+    std::string_view text, int width, std::vector<block_position>* positions = nullptr,
+    bool continuing = false);
 
 }  // namespace coagent::tui
