@@ -335,13 +335,9 @@ class interactive_ui {
     // ---- set-up and tear-down ------------------------------------------------------------
 
     void show_history() {
-        for (const auto& msg : session_->messages()) {  // a resumed session
-            if (msg->role == message_role::user)
-                ctl_.add_item(transcript_item::kind::user, text_of(*msg));
-            else if (msg->role == message_role::assistant && !is_failed_assistant(*msg) &&
-                     !text_of(*msg).empty())
-                ctl_.add_item(transcript_item::kind::assistant, text_of(*msg));
-        }
+        // a resumed session: its transcript as it was live (failed attempts, retry lines)
+        for (const event& e : resumed_transcript_events(session_->history().entries()))
+            ctl_.on_event(e, tui_controller::clock::now());
     }
 
     static int open_input() {

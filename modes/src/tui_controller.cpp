@@ -1,5 +1,6 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
 #include <coagent/runtime/json_input.hpp>
 
@@ -205,6 +206,12 @@ void tui_controller::on_event(const event& e, time_point now) {
         retry_error_ = rs->error_message;
         retry_limit_ = rs->limit;
         pending_error_.reset();  // the loader shows that it failed; only a final failure is a line
+        // the failed reply's partial text stays in the scrollback: one line says it is discarded
+        if (auto marker =
+                tui::discarded_marker(rs->discarded.text_chars, rs->discarded.tool_calls)) {
+            end_stream();
+            add(transcript_item::kind::notice, std::move(*marker));
+        }
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
         restore_escape();  // only if auto_retry_start saved one (maxRetries 0: end without start)
         if (loader_ == loader_kind::retry)
@@ -668,6 +675,78 @@ std::string tui_controller::status_text() const {
         s += "enter: send \u00b7 ctrl+j: new line \u00b7 ctrl+c twice or ctrl+d: exit";
     }
     return s;
+}
+
+// ---- a resumed session's transcript ---------------------------------------------------------
+
+namespace {
+
+// the failed attempt at entries[i] was retried: an assistant message (the next attempt) follows
+// before the next user message, or its chain was cancelled in the backoff
+bool retried(const std::vector<history_entry>& entries, std::size_t i) {
+    for (std::size_t j = i + 1; j < entries.size(); ++j) {
+        const history_entry& e = entries[j];
+        if (e.type == "retry_end") {
+            const auto* fe = e.raw.if_contains("finalError");
+            return fe && fe->is_string() && fe->get_string() == retry_cancelled_text;
+        }
+        if (e.type == "message" && e.msg) return e.msg->role == message_role::assistant;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries) {
+    std::vector<event> out;
+    bool open = false;  // a prompt is being drawn: it settles before the next one
+    const auto settle = [&] {
+        if (open) out.emplace_back(agent_settled_event{});
+        open = false;
+    };
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const history_entry& e = entries[i];
+        if (e.type == "message" && e.msg) {
+            const message& m = *e.msg;
+            if (m.role == message_role::user) {
+                settle();
+                out.emplace_back(message_start_event{e.msg});
+            } else if (m.role == message_role::assistant) {
+                out.emplace_back(message_end_event{e.msg});
+                if (!is_failed_assistant(m))
+                    for (const tool_call_block* c : tool_calls_of(m))
+                        out.emplace_back(tool_execution_start_event{c->id, c->name, c->arguments});
+                if (m.stop == stop_reason::error && retried(entries, i)) {
+                    auto_retry_start_event start;
+                    start.error_message = m.error_message.value_or("");
+                    start.discarded = discarded_of(&m);
+                    out.emplace_back(std::move(start));
+                }
+            } else {
+                json::object text{{"type", "text"}, {"text", text_of(m)}};
+                json::object result;
+                result["content"] = json::array{std::move(text)};
+                out.emplace_back(tool_execution_end_event{m.tool_call_id, m.tool_name,
+                                                          std::move(result), m.is_error});
+            }
+            open = true;
+        } else if (e.type == "retry_end") {
+            auto_retry_end_event end;
+            if (const auto* v = e.raw.if_contains("success"); v && v->is_bool())
+                end.success = v->get_bool();
+            if (const auto* v = e.raw.if_contains("attempt"); v && v->is_int64())
+                end.attempt = static_cast<int>(v->get_int64());
+            if (const auto* v = e.raw.if_contains("finalError"); v && v->is_string())
+                end.final_error = std::string(v->get_string());
+            out.emplace_back(std::move(end));
+        } else if (e.type == "compaction") {
+            compaction_end_event done;
+            done.reason = "manual";
+            out.emplace_back(std::move(done));
+        }
+    }
+    settle();
+    return out;
 }
 
 }  // namespace coagent

@@ -152,6 +152,7 @@ constexpr schema_entry schema[] = {
     boolean<&settings::retry, &retry_settings::honor_should_retry>("retry.honorShouldRetry", false),
     chains("retry.fallbackChains"),
     choice<&settings::retry, &retry_settings::fallback_revert>("retry.fallbackRevertPolicy", 0, revert_names),
+    boolean<&settings::retry, &retry_settings::resume_partial>("retry.resumePartial", false),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),

@@ -163,6 +163,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.honorShouldRetry", "boolean", false},
         {"retry.fallbackChains", "object", json::object()},
         {"retry.fallbackRevertPolicy", "string", "cooldown-expiry"},
+        {"retry.resumePartial", "boolean", false},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
@@ -192,12 +193,12 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false})"));
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[12].expected == "a positive integer");
+    CHECK(schema[13].expected == "a positive integer");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
 }
 
@@ -254,7 +255,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);

@@ -12,6 +12,8 @@
 #include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
 
+#include "support/session_harness.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <clocale>
@@ -640,6 +642,139 @@ TEST_CASE("tui: a reply without updates is shown whole") {
 }
 
 // ---- text --------------------------------------------------------------------------------------
+
+TEST_CASE("tui text: character counts and the discarded-reply marker (issue 21)", "[issue-21]") {
+    CHECK(tui::char_count_text(0) == "0 chars");
+    CHECK(tui::char_count_text(1) == "1 char");
+    CHECK(tui::char_count_text(999) == "999 chars");
+    CHECK(tui::char_count_text(1000) == "1.0k chars");
+    CHECK(tui::char_count_text(1199) == "1.2k chars");
+    CHECK(tui::char_count_text(1249) == "1.2k chars");
+    CHECK(tui::char_count_text(1250) == "1.3k chars");
+    CHECK(tui::char_count_text(9949) == "9.9k chars");
+    CHECK(tui::char_count_text(9950) == "10k chars");
+    CHECK(tui::char_count_text(8000) == "8.0k chars");
+    CHECK(tui::char_count_text(123456) == "123k chars");
+    CHECK(tui::char_count_text(999499) == "999k chars");
+    CHECK(tui::char_count_text(999500) == "1.0M chars");
+    CHECK(tui::char_count_text(25'000'000) == "25M chars");
+    CHECK(tui::discarded_marker(0, 0) == std::nullopt);
+    CHECK(tui::discarded_marker(1200, 0) ==
+          "\u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply above is "
+          "discarded");
+    CHECK(tui::discarded_marker(40, 1) ==
+          "\u21bb connection lost after 40 chars and 1 tool call \u2014 retrying; the partial "
+          "reply above is discarded");
+    CHECK(tui::discarded_marker(0, 2) ==
+          "\u21bb connection lost after 2 tool calls \u2014 retrying; the partial reply above is "
+          "discarded");
+}
+
+TEST_CASE("tui: a failed partial reply stays, one marker line says it is discarded (issue 21)",
+          "[issue-21]") {
+    driver d;
+    d.start_prompt("long");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    message_update_event u;
+    u.message = partial;
+    u.delta = "Once upon a time";
+    d.ev(u);
+    auto failed = assistant_msg("Once upon a time", stop_reason::error, "connection reset");
+    d.ev(message_end_event{failed});
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.delay_ms = 2000;
+    s.error_message = "connection reset";
+    s.discarded = discarded_of(failed.get());
+    d.ev(s);
+    const auto& t = d.c.transcript();
+    REQUIRE(t.size() == 3);
+    CHECK(t[1].type == kind::assistant);
+    CHECK(t[1].text == "Once upon a time");  // the reply stays as it is
+    CHECK(t[2].type == kind::notice);
+    CHECK(t[2].text ==
+          "\u21bb connection lost after 16 chars \u2014 retrying; the partial reply above is "
+          "discarded");
+    CHECK_FALSE(d.c.streaming());
+    // the retried reply is a new item below the marker; an attempt that streamed nothing adds
+    // no marker
+    d.ev(agent_start_event{});
+    auto nothing = assistant_msg("", stop_reason::error, "503");
+    d.ev(message_end_event{nothing});
+    s.attempt = 2;
+    s.discarded = discarded_of(nothing.get());
+    d.ev(s);
+    CHECK(d.c.transcript().size() == 3);
+}
+
+TEST_CASE("tui: a resumed session's transcript is drawn as it was live (issue 21)",
+          "[issue-21]") {
+    settings cfg;
+    cfg.provider.stream_idle_timeout_ms = 1000;
+    cfg.retry.max_retries = 1;
+    std::string words;
+    for (int i = 0; i < 400; ++i) words += (i ? " " : "") + std::string("abcde");
+    test::harness h(R"([{"text":")" + words + R"(","stallMs":5000},{"text":"Complete answer."},)"
+                    R"({"toolCall":{"name":"lookup","arguments":{"q":1}}},{"text":"used it"},)"
+                    R"({"error":"400 bad request","status":400},)"
+                    R"({"error":"503 overloaded","status":503,"times":2},)"
+                    R"({"text":"too late","delayMs":5000},)"
+                    R"({"error":"503 again","status":503},{"text":"never"}])",
+                    cfg);
+    h.session->register_tool({"lookup", "", {}},
+                             [](json::object) -> boost::asio::awaitable<tool_output> {
+                                 co_return tool_output{"found", false};
+                             });
+    tui_controller live;
+    auto sub = h.session->subscribe([&](const event& e) { live.on_event(e, t0); });
+    h.prompt("long");
+    h.advance(1000ms);  // the stall times out after 1199 characters
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    h.prompt("use the tool");
+    REQUIRE(h.done());
+    h.prompt("fail");  // not retryable: an Error line
+    REQUIRE(h.done());
+    h.prompt("exhaust");  // retries run out
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    h.prompt("abort me");
+    h.advance(100ms);
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    h.prompt("cancel the retry");
+    h.advance(100ms);
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+
+    tui_controller resumed;
+    for (const event& e : resumed_transcript_events(h.session->history().entries()))
+        resumed.on_event(e, t0);
+    std::vector<std::string> lines;
+    for (const auto& item : live.transcript())
+        lines.push_back(std::to_string(static_cast<int>(item.type)) + " " + item.text);
+    std::vector<std::string> again;
+    for (const auto& item : resumed.transcript())
+        again.push_back(std::to_string(static_cast<int>(item.type)) + " " + item.text);
+    CHECK(again == lines);
+    const auto has = [&](const std::string& text) {
+        return std::find(lines.begin(), lines.end(), text) != lines.end();
+    };
+    CHECK(has("3 \u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply "
+              "above is discarded"));
+    CHECK(has("1 Complete answer."));
+    CHECK(has("4 \u2190 lookup: {\"content\":[{\"type\":\"text\",\"text\":\"found\"}]}"));
+    CHECK(has("2 Error: 400 bad request"));
+    CHECK(has("2 Retry failed after 1 attempts: 503 overloaded"));
+    CHECK(has("3 Aborted"));
+    CHECK(has("2 Retry failed after 1 attempts: Retry cancelled"));
+    CHECK(resumed.loader() == tui_controller::loader_kind::none);
+    CHECK_FALSE(resumed.busy());
+}
 
 TEST_CASE("tui text: UTF-8 decoding replaces every invalid sequence with one U+FFFD") {
     const auto decode = [](std::string_view s) {

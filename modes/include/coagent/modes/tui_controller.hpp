@@ -267,4 +267,14 @@ class tui_controller {
     std::uint64_t revision_ = 1;
 };
 
+/// The events that draw a resumed session's transcript as it was live, from its history (root
+/// to leaf): the messages, the tool calls and results, an `auto_retry_start` after each failed
+/// attempt that was retried (with its `discarded`, so the marker line comes back), the chains'
+/// `retry_end` entries as `auto_retry_end` (`Retry failed…`), `compaction` entries as a
+/// `compaction_end`, and an `agent_settled` before each new prompt and at the end (a failure
+/// that was not retried shows its `Error:` line there). Feed them to tui_controller::on_event.
+/// A failed attempt is taken as retried when an assistant message follows it before the next
+/// user message, or when its chain ended "Retry cancelled" (cancelled in the backoff).
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries);
+
 }  // namespace coagent

@@ -26,6 +26,9 @@ struct retry_settings {
     bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
     // retry.honorShouldRetry: `x-should-retry: false` stops the chain
     bool honor_should_retry = false;
+    // retry.resumePartial: a retry after a text-only partial reply continues it (Anthropic
+    // Messages prefill) instead of regenerating it
+    bool resume_partial = false;
     int max_retries = 3;                // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
     std::int64_t max_delay_ms =
