@@ -142,7 +142,7 @@ for variant in plain idempotent coagent; do
     plain) "$HELPER" tool-session continue "${files[0]}" "$side" >"$tdir/cont.txt" 2>&1 ;;
     idempotent) "$HELPER" tool-session continue "${files[0]}" "$side" idempotent >"$tdir/cont.txt" 2>&1 ;;
     coagent)
-      "$COAGENT" --session "${files[0]}" -p "after the crash" --faux-script '[{"text":"resumed"}]' \
+      "$COAGENT" --provider faux --session "${files[0]}" -p "after the crash" --faux-script '[{"text":"resumed"}]' \
         --faux-log "$tdir/faux.log" >"$tdir/reply.txt" 2>"$tdir/cont.err"
       rc=$?
       { echo "exit $rc"; cat "$tdir/reply.txt"; cat "$tdir/faux.log"; } >"$tdir/cont.txt" ;;
