@@ -33,6 +33,18 @@ type_line "/model"
 wait_for "1. faux/faux  (in use)"
 T send-keys -t main Escape
 wait_for "Cancelled"
+# /model provider/id switches (the footer follows); an unknown one is refused, locally
+type_line "/model nope/x"
+wait_for "Model not changed:"
+type_line "/model faux/faux"
+wait_for "Model: faux/faux"
+# the list picks by number
+type_line "/model"
+wait_for "a number and enter: pick"
+type_line "1"
+wait_gone "a number and enter: pick"
+expect [ "$(everything | grep -c '^Model: faux/faux$')" = 2 ]
+expect [ "$(requests)" = 0 ]
 
 # /settings: the effective value and where it came from
 type_line "/settings"
