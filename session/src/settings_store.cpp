@@ -136,7 +136,7 @@ json::value load_chains(const settings& s) {
     return o;
 }
 
-// a free string (a file path)
+// a free string (a file path, a provider or model name)
 template <auto Group, auto Field>
 constexpr schema_entry text(std::string_view key) {
     schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
@@ -238,6 +238,9 @@ constexpr schema_entry schema[] = {
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
     text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
+    text<&settings::selection, &model_selection_settings::default_provider>("defaultProvider"),
+    text<&settings::selection, &model_selection_settings::default_model>("defaultModel"),
+    boolean<&settings::tui, &tui_settings::markdown>("tui.markdown", true),
     boolean<&settings::budget, &retry_budget_settings::enabled>("retry.budget.enabled", false),
     integer<&settings::budget, &retry_budget_settings::max_tokens>("retry.budget.maxTokens", 10, 1, 1000),
     thousandths<&settings::budget, &retry_budget_settings::token_ratio_milli>("retry.budget.tokenRatio", 100, 1000000),
@@ -719,6 +722,12 @@ void settings_store::recompute() {
 std::optional<json::value> settings_store::get(std::string_view dotted_key) const {
     if (const auto* v = find_path(merged_, dotted_key)) return *v;
     return std::nullopt;
+}
+
+std::string settings_store::origin(std::string_view dotted_key) const {
+    for (const layer* l : {&runtime_, &project_, &global_})
+        if (find_path(l->data, dotted_key)) return l->label;
+    return "default";
 }
 
 void settings_store::set_override(std::string_view dotted_key, const json::value& v) {

@@ -59,7 +59,7 @@ std::set<std::string> keys(const json::object& o) {
 }
 
 std::vector<std::string> fa(std::initializer_list<std::string> extra, const char* script) {
-    std::vector<std::string> a{"--no-session", "--faux-script", script};
+    std::vector<std::string> a{"--provider", "faux", "--no-session", "--faux-script", script};
     a.insert(a.end(), extra);
     return a;
 }
@@ -1455,8 +1455,9 @@ TEST_CASE("rpc_client: garbage, early exit, spawn failure and timeouts are clear
     SECTION("a configuration error: the exit code and stderr are in the error") {
         rpc_env env(R"({"retry":{"maxRetries":"three"}})");
         rpc_client c(io);
-        auto e = expect_rpc_error(
-            [&] { run_co(io, c.start(coagent_bin(), {"--no-session"}, env.vars())); });
+        auto e = expect_rpc_error([&] {
+            run_co(io, c.start(coagent_bin(), {"--provider", "faux", "--no-session"}, env.vars()));
+        });
         CHECK(e.why() == rpc_error::reason::process_exited);
         CHECK(e.command() == "start");
         const std::string w = e.what();

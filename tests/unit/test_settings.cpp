@@ -172,6 +172,9 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"provider.streamIdleTimeoutMs", "integer", 120000},
         {"provider.attemptTimeoutMs", "integer", 600000},
         {"telemetry.traceFile", "string", ""},
+        {"defaultProvider", "string", ""},
+        {"defaultModel", "string", ""},
+        {"tui.markdown", "boolean", true},
         {"retry.budget.enabled", "boolean", false},
         {"retry.budget.maxTokens", "integer", 10},
         {"retry.budget.tokenRatio", "number", 0.1},
@@ -209,6 +212,30 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(schema[1].expected == "a non-negative integer");
     CHECK(schema[13].expected == "a positive integer");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
+}
+
+TEST_CASE("origin names the layer a value comes from, string settings are checked", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"defaultProvider":"openai","retry":{"maxRetries":5}})");
+    write_file(dir.project(), R"({"retry":{"maxRetries":1}})");
+    auto store = settings_store::load(dir.global(), dir.project());
+    CHECK(store.current().selection.default_provider == "openai");
+    CHECK(store.current().selection.default_model.empty());
+    CHECK(store.origin("defaultProvider") == dir.global().string());
+    CHECK(store.origin("retry.maxRetries") == dir.project().string());
+    CHECK(store.origin("retry.baseDelayMs") == "default");
+    store.set_override("retry.maxRetries", json::value(2));
+    CHECK(store.origin("retry.maxRetries") == "<runtime>");
+
+    write_file(dir.global(), R"({"defaultModel":["gpt-4o"]})");
+    try {
+        (void)settings_store::load(dir.global(), dir.project());
+        FAIL("a defaultModel that is not a string was accepted");
+    } catch (const settings_error& e) {
+        CHECK(std::string(e.what()) ==
+              dir.global().string() +
+                  R"(: key "defaultModel": expected a string, found ["gpt-4o"])");
+    }
 }
 
 TEST_CASE("missing files are empty layers", "[settings]") {

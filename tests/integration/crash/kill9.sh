@@ -16,6 +16,7 @@
 # leaves an empty file. It must load as an empty session: the empty files are checked and
 # continued with `coagent --session FILE` like the others.
 set -uo pipefail
+exec </dev/null  # a stdin that is not a terminal would be read as the prompt
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 iterations=${COAGENT_KILL9_ITERATIONS:-40}
@@ -68,7 +69,7 @@ for i in $(seq 1 "$iterations"); do
   # kill at 0 ms could otherwise leave no file for the grep below
   : >"$dir/events.jsonl"
   : >"$dir/stderr.txt"
-  "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
+  "$COAGENT" --provider faux --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
     <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
   pid=$!
   # the commands, then stdin stays open until the kill
@@ -106,7 +107,7 @@ for i in $(seq 1 "$iterations"); do
   fi
   killed_with_entries=$((killed_with_entries + 1))
   # and coagent itself continues the session from it
-  out=$("$COAGENT" --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
+  out=$("$COAGENT" --provider faux --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
   rc=$?
   if [ $rc != 0 ] || [ "$out" != "resumed" ]; then
     echo "FAILED it$i: coagent --session FILE exit $rc, stdout '$out': $(cat "$dir/resume.err")" >&2
@@ -141,7 +142,7 @@ for variant in plain idempotent coagent; do
     plain) "$HELPER" tool-session continue "${files[0]}" "$side" >"$tdir/cont.txt" 2>&1 ;;
     idempotent) "$HELPER" tool-session continue "${files[0]}" "$side" idempotent >"$tdir/cont.txt" 2>&1 ;;
     coagent)
-      "$COAGENT" --session "${files[0]}" -p "after the crash" --faux-script '[{"text":"resumed"}]' \
+      "$COAGENT" --provider faux --session "${files[0]}" -p "after the crash" --faux-script '[{"text":"resumed"}]' \
         --faux-log "$tdir/faux.log" >"$tdir/reply.txt" 2>"$tdir/cont.err"
       rc=$?
       { echo "exit $rc"; cat "$tdir/reply.txt"; cat "$tdir/faux.log"; } >"$tdir/cont.txt" ;;

@@ -4,6 +4,7 @@
 # Each coagent process has its own COAGENT_DIR (as on separate machines).
 # Usage: redis.sh <path to coagent>
 set -uo pipefail
+exec </dev/null  # an inherited stdin would join the prompt
 COAGENT=$(realpath "$1")
 command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
@@ -69,7 +70,7 @@ for i in 1 2 3 4 5; do home "b$i" "{$shared,$budget}"; done
 for wave in $(seq 1 10); do
   pids=()
   for i in 1 2 3 4 5; do
-    COAGENT_DIR="$work/b$i" "$COAGENT" --mode json --no-session --faux-script "$outage" -p hi \
+    COAGENT_DIR="$work/b$i" "$COAGENT" --provider faux --mode json --no-session --faux-script "$outage" -p hi \
       >"$work/b-$wave-$i.jsonl" 2>"$work/b-$wave-$i.err" &
     pids+=($!)
   done
@@ -90,13 +91,13 @@ check "budget: no warning while Redis is up" bash -c "! cat $work/b-*.err | grep
 
 # the same outage without the budget: every prompt retries maxRetries times
 home off "{$shared,\"retry\":{\"baseDelayMs\":1}}"
-COAGENT_DIR="$work/off" "$COAGENT" --mode json --no-session --faux-script "$outage" -p hi >off.jsonl 2>off.err
+COAGENT_DIR="$work/off" "$COAGENT" --provider faux --mode json --no-session --faux-script "$outage" -p hi >off.jsonl 2>off.err
 check "budget off: 3 retries, the spec's chain" [ "$(count off.jsonl '"type":"auto_retry_start"')" = 3 ]
 
 # a successful prompt sends no command on its way (deposits are batched, at most one a second)
 rcli config resetstat >/dev/null
 home ok "{$shared,$budget}"
-COAGENT_DIR="$work/ok" "$COAGENT" --no-session --faux-script '[{"text":"fine","delayMs":300}]' -p hi >ok.txt 2>ok.err
+COAGENT_DIR="$work/ok" "$COAGENT" --provider faux --no-session --faux-script '[{"text":"fine","delayMs":300}]' -p hi >ok.txt 2>ok.err
 calls=$(rcli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/.*calls=\([0-9]*\).*/\1/' | paste -sd+ | bc)
 check "success: the reply" grep -qx fine ok.txt
 check "success: one batched deposit at most (EVALSHA/EVAL calls)" [ "${calls:-0}" -le 1 ]
@@ -106,7 +107,7 @@ check "success: one batched deposit at most (EVALSHA/EVAL calls)" [ "${calls:-0}
 rcli del "$key" >/dev/null
 rcli set "$key" not-a-hash >/dev/null
 home wrongtype "{$shared,$budget}"
-COAGENT_DIR="$work/wrongtype" "$COAGENT" --no-session \
+COAGENT_DIR="$work/wrongtype" "$COAGENT" --provider faux --no-session \
   --faux-script '[{"error":"503 Service Unavailable","status":503,"delayMs":300},{"text":"fine"}]' -p hi >wt.txt 2>wt.err; rc=$?
 check "wrong type: exit 0, the reply" bash -c "[ $rc = 0 ] && grep -qx fine $work/wt.txt"
 check "wrong type: the re-read's error names the key" contains wt.err "limits: redis: unexpected error reply to HGETALL on key $key"
@@ -117,7 +118,7 @@ check "wrong type: Redis is not reported unavailable" bash -c "! grep -q unavail
 home rpc "{$shared,$budget}"
 rcli del "$key" >/dev/null  # a full bucket again
 mkfifo in.fifo
-COAGENT_DIR="$work/rpc" "$COAGENT" --mode rpc --no-session \
+COAGENT_DIR="$work/rpc" "$COAGENT" --provider faux --mode rpc --no-session \
   --faux-script '[{"text":"one"},{"error":"503 Service Unavailable","status":503},{"text":"two"},{"error":"503 Service Unavailable","status":503},{"text":"three"}]' \
   <in.fifo >rpc.out 2>rpc.err &
 rpc_pid=$!
@@ -150,13 +151,13 @@ check "rpc: exactly one unavailable warning" [ "$(count rpc.err 'unavailable (')
 # ---- 3. unreachable, wrong password: a warning, local state, exit 0 -------------------------
 stop_redis
 home down "{$shared,$budget}"
-COAGENT_DIR="$work/down" "$COAGENT" --no-session --faux-script '[{"text":"local","delayMs":300}]' -p hi >down.txt 2>down.err; rc=$?
+COAGENT_DIR="$work/down" "$COAGENT" --provider faux --no-session --faux-script '[{"text":"local","delayMs":300}]' -p hi >down.txt 2>down.err; rc=$?
 check "unreachable: exit 0" [ "$rc" = 0 ]
 check "unreachable: the reply" grep -qx local down.txt
 check "unreachable: one warning" [ "$(count down.err "limits: redis at 127.0.0.1:$port unavailable (Connection refused); using local state")" = 1 ]
 
 REDIS_PASS=right start_redis --requirepass right
-COAGENT_REDIS_URL="redis://:wrong@127.0.0.1:$port/0" COAGENT_DIR="$work/down" "$COAGENT" --no-session \
+COAGENT_REDIS_URL="redis://:wrong@127.0.0.1:$port/0" COAGENT_DIR="$work/down" "$COAGENT" --provider faux --no-session \
   --faux-script '[{"text":"local","delayMs":300}]' -p hi >pw.txt 2>pw.err; rc=$?
 check "wrong password: exit 0" [ "$rc" = 0 ]
 check "wrong password: the reply" grep -qx local pw.txt

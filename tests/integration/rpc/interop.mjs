@@ -54,7 +54,7 @@ async function withClient(settings, script, body, extraArgs = []) {
         cliPath: join(here, "cli.js"),
         cwd: dir,
         env: { COAGENT_BIN: coagentBin, COAGENT_DIR: dir, HOME: dir },
-        args: ["--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
+        args: ["--provider", "faux", "--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
     });
     const events = [];
     try {

@@ -74,6 +74,16 @@ struct limits_settings {
     std::string key_prefix = "coagent:";                 // limits.keyPrefix
 };
 
+/// The model used when the command line names none (docs/settings.md "Choosing the model").
+struct model_selection_settings {
+    std::string default_provider;  // defaultProvider (empty: the first provider with a key)
+    std::string default_model;     // defaultModel (empty: that provider's first model)
+};
+
+struct tui_settings {
+    bool markdown = true;  // tui.markdown: assistant replies rendered as Markdown
+};
+
 struct telemetry_settings {
     std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
 };
@@ -85,6 +95,8 @@ struct settings {
     retry_budget_settings budget;                   // retry.budget.*
     std::shared_ptr<const limits_settings> limits;  // limits.* (null: the defaults)
     telemetry_settings telemetry;
+    model_selection_settings selection;
+    tui_settings tui;
 
     /// limits.*, with the defaults when none was set.
     const limits_settings& limits_or_default() const {
