@@ -265,6 +265,13 @@ double conversation_share(std::string_view key) noexcept {
         h ^= ch;
         h *= 1099511628211ull;
     }
+    // FNV's high bits barely move for keys that differ in their last bytes ("scale 1",
+    // "scale 2"): mix them (MurmurHash3's fmix64) before taking the top 53 bits
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return static_cast<double>(h >> 11) / static_cast<double>(std::uint64_t{1} << 53);
 }
 

@@ -158,7 +158,8 @@ struct stream_plan {
 stream_plan plan_stream(const step& s, api kind, const std::string& model,
                         std::int64_t input_tokens, std::size_t call_number);
 
-/// Where a conversation key falls in [0, 1): FNV-1a 64 of its bytes over 2^64, the same on
+/// Where a conversation key falls in [0, 1): FNV-1a 64 of its bytes, mixed by MurmurHash3's
+/// finalizer, over 2^64 — uniform for keys that differ in one character, and the same on
 /// every run and machine (so two agents sending the same prompts meet the same faults).
 double conversation_share(std::string_view key) noexcept;
 
