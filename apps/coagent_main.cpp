@@ -67,6 +67,60 @@ bool set_dumpable() {
     return true;
 }
 
+// Everything stdin holds (the prompt of `echo text | coagent`); one trailing line break dropped.
+std::string read_stdin() {
+    std::string text;
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+        if (n > 0) {
+            text.append(buf, static_cast<std::size_t>(n));
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else {
+            break;
+        }
+    }
+    if (text.ends_with("\r\n"))
+        text.resize(text.size() - 2);
+    else if (text.ends_with('\n'))
+        text.pop_back();
+    return text;
+}
+
+bool blank(std::string_view s) {
+    return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// --resume: the recent sessions of this directory, numbered on the terminal, and the one
+// picked there (the terminal, not stdin, which may hold the prompt).
+std::filesystem::path pick_session(coagent::app_context& ctx) {
+    const std::string cwd = coagent::to_valid_utf8(std::filesystem::current_path().string());
+    const auto sessions = coagent::recent_sessions(ctx.sessions_dir(), cwd, 10);
+    if (sessions.empty())
+        throw coagent::config_error("--resume: no session of " + cwd + " in " +
+                                    ctx.sessions_dir().string());
+    FILE* tty = std::fopen("/dev/tty", "r+");
+    if (!tty)
+        throw coagent::config_error(
+            "--resume: picking a session needs a terminal; use --continue (the latest) or "
+            "--session FILE");
+    const std::string list = "Recent sessions of " + cwd + ":\n" +
+                             coagent::format_session_choices(sessions) + "Resume which [1-" +
+                             std::to_string(sessions.size()) + "]? ";
+    std::fputs(list.c_str(), tty);
+    std::fflush(tty);
+    char line[64] = {};
+    const bool got = std::fgets(line, sizeof line, tty) != nullptr;
+    std::fclose(tty);
+    const auto picked = got ? coagent::parse_session_choice(line, sessions.size()) : std::nullopt;
+    if (!picked)
+        throw coagent::config_error("--resume: expected a number from 1 to " +
+                                    std::to_string(sessions.size()) + ", found \"" +
+                                    std::string(line, std::strcspn(line, "\r\n")) + "\"");
+    return sessions[*picked].file;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +131,12 @@ int main(int argc, char** argv) {
     app.footer(
         "Exit codes: 0 the prompt succeeded; 1 it ended in an error; 2 usage or configuration "
         "error; "
-        "130 interrupted.\nCore dumps are off; COAGENT_ALLOW_CORE_DUMPS=1 allows "
+        "130 interrupted.\nThe prompt: MESSAGE, -p MESSAGE, or stdin when it is not a terminal "
+        "(-p TEXT with stdin: TEXT, a blank line, then stdin).\nThe model without "
+        "--provider/--model: "
+        "defaultProvider/defaultModel in the settings, else the first of anthropic, openai and "
+        "models.json's providers with a key, else faux (stderr says which).\nCore dumps are off; "
+        "COAGENT_ALLOW_CORE_DUMPS=1 allows "
         "them.\nConfiguration: $COAGENT_DIR (default ~/.coagent): settings.json; "
         "project "
         "layer <cwd>/.coagent/settings.json.");
@@ -90,17 +149,36 @@ int main(int argc, char** argv) {
     std::string faux_script;
     app.add_option("--mode", mode_name,
                    "interactive | print | json | rpc (default: interactive on a "
-                   "terminal; print with -p)")
+                   "terminal; print with -p, and with a MESSAGE or a piped stdin without one)")
         ->check(CLI::IsMember({"interactive", "print", "json", "rpc"}));
     app.add_option("-p,--print", message,
-                   "Run one prompt and print the reply (implies --mode print)");
+                   "Run one prompt and print the reply (implies --mode print); with a piped "
+                   "stdin the prompt is MESSAGE, a blank line, then stdin's text")
+        ->expected(0, 1);
+    std::string positional;
+    app.add_option("message", positional,
+                   "The first message: on a terminal the interactive UI starts with it, "
+                   "otherwise it runs in print mode (a piped stdin is the prompt too)");
     app.add_option("--provider", o.provider,
-                   "Provider name (default: faux, the embedded offline provider)");
+                   "Provider name (default: defaultProvider/defaultModel of the settings, else "
+                   "the first of anthropic, openai, models.json's providers with an API key, "
+                   "else faux, the embedded offline provider)");
     app.add_option("--model", model, "Model id, or PROVIDER/ID");
     app.add_flag("--no-session", o.no_session, "Keep the session history in memory only");
+    app.add_flag("--no-markdown", o.no_markdown,
+                 "Interactive mode: show replies as plain text, not rendered Markdown "
+                 "(tui.markdown: false)");
     app.add_option("--session-dir", session_dir,
                    "Directory for session files (default: $COAGENT_DIR/sessions)");
-    app.add_flag("--continue", o.continue_last, "Continue the latest session of this directory");
+    app.add_flag("-c,--continue", o.continue_last, "Continue the latest session of this directory");
+    bool resume_pick = false;
+    app.add_flag("-r,--resume", resume_pick,
+                 "Pick one of this directory's recent sessions to continue");
+    std::string list_pattern;
+    app.add_option("--list-models", list_pattern,
+                   "List the models (provider, id, context window, credential), those whose "
+                   "provider/id contains PATTERN")
+        ->expected(0, 1);
     app.add_option("--session", session_file, "Continue the session in this file");
     app.add_option("--faux-script", faux_script,
                    "Faux provider script: a JSON array of steps, inline or a file");
@@ -193,6 +271,12 @@ int main(int argc, char** argv) {
     if (o.continue_last && has_session)
         return both("--continue", "--session",
                     "each names the session to resume; give one of them");
+    if (resume_pick && (o.continue_last || has_session || o.no_session))
+        return both("--resume",
+                    o.no_session ? "--no-session" : (has_session ? "--session" : "--continue"),
+                    "each names the session to resume (--no-session: none); give one of them");
+    if (app.count("-p") && !message.empty() && !positional.empty())
+        return both("-p MESSAGE", "MESSAGE", "give the prompt once");
     if (app.count("-p") && (mode_name == "rpc" || mode_name == "interactive"))
         return both("-p", mode_name == "rpc" ? "--mode rpc" : "--mode interactive",
                     "-p runs one prompt in print mode (or with --mode json)");
@@ -212,26 +296,66 @@ int main(int argc, char** argv) {
     if (!faux_log.empty()) o.faux_log = faux_log;
     if (!trace_file.empty()) o.trace_file = trace_file;
     if (!faux_script.empty()) o.faux_script = faux_script;
-    if (app.count("-p")) o.message = coagent::to_valid_utf8(message);  // Latin-1 bytes: U+FFFD
+
+    if (app.count("--list-models")) {
+        try {
+            boost::asio::io_context io;
+            o.provider = "faux";  // no model is needed to list them
+            coagent::app_context ctx(io, o);
+            std::cout << coagent::format_model_list(ctx.catalog()->list(), list_pattern);
+            return 0;
+        } catch (const coagent::config_error& e) {
+            std::cerr << "coagent: " << e.what() << "\n";
+            return 2;
+        }
+    }
+
+    // The prompt: -p MESSAGE or MESSAGE, and stdin when it is not a terminal (not in RPC mode,
+    // where stdin is the protocol): `cat file | coagent -p explain` is "explain\n\n<file>".
+    const bool tty_in = ::isatty(STDIN_FILENO) == 1, tty_out = ::isatty(STDOUT_FILENO) == 1;
+    std::optional<std::string> prompt;
+    if (!message.empty()) prompt = message;
+    if (!positional.empty()) prompt = positional;
+    const bool wants_stdin = mode_name != "rpc" && !tty_in && mode_name != "interactive";
+    if (wants_stdin) {
+        const std::string piped = read_stdin();
+        if (!blank(piped)) prompt = prompt ? *prompt + "\n\n" + piped : piped;
+    }
+    if (prompt) o.message = coagent::to_valid_utf8(*prompt);  // Latin-1 bytes: U+FFFD
 
     if (mode_name == "rpc") {
         o.mode = coagent::app_mode::rpc;
     } else if (mode_name == "json") {
         o.mode = coagent::app_mode::json;
-    } else if (mode_name == "print" || (mode_name.empty() && o.message)) {
-        o.mode = coagent::app_mode::print;
-    } else {
+    } else if (mode_name == "interactive") {
         o.mode = coagent::app_mode::interactive;
+    } else if (mode_name == "print" || app.count("-p") || (o.message && !(tty_in && tty_out))) {
+        o.mode = coagent::app_mode::print;
+    } else if (!tty_in && !o.message) {
+        std::cerr << "coagent: no prompt: stdin is not a terminal and gave no text\n"
+                     "usage: coagent [OPTIONS] [MESSAGE] | coagent -p MESSAGE | echo MESSAGE | "
+                     "coagent | coagent --mode rpc   (coagent --help for the flags)\n";
+        return 2;
+    } else {
+        o.mode = coagent::app_mode::interactive;  // with MESSAGE as its first prompt, if given
     }
     if ((o.mode == coagent::app_mode::print || o.mode == coagent::app_mode::json) && !o.message) {
         std::cerr << "coagent: --mode " << (mode_name.empty() ? "print" : mode_name)
-                  << " needs a message: -p MESSAGE\n";
+                  << " needs a message: -p MESSAGE, MESSAGE, or a prompt on stdin\n";
         return 2;
     }
+    if (o.mode == coagent::app_mode::rpc && o.message)
+        return both("--mode rpc", "a message", "RPC mode takes its prompts as commands");
 
     try {
         boost::asio::io_context io;
         coagent::app_context ctx(io, o);
+        if (resume_pick) ctx.set_session_file(pick_session(ctx));
+        // (the TUI says it on its screen; a resumed session continues on the model it recorded)
+        const bool resuming = o.continue_last || o.session_file || resume_pick;
+        if (ctx.choice() && o.mode != coagent::app_mode::interactive && !resuming)
+            std::cerr << coagent::model_choice_line(ctx.model_provider()->model(), *ctx.choice())
+                      << "\n";
         switch (o.mode) {
             case coagent::app_mode::print:
             case coagent::app_mode::json:

@@ -61,7 +61,7 @@ struct agent {
     std::vector<std::string> args;
 };
 agent coagent_rpc(std::vector<std::string> extra = {}) {
-    std::vector<std::string> a{"--no-session"};
+    std::vector<std::string> a{"--provider", "faux", "--no-session"};
     a.insert(a.end(), extra.begin(), extra.end());
     return {beside_me("COAGENT_BIN", "coagent"), a};
 }

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 cmake --preset release >/dev/null   # CMakePresets.json: build/, Release, no tests
 cmake --build --preset release -j"$(nproc)" --target coagent
 echo
+# a piped stdin would be read as part of the prompt: the demo reads none
+exec </dev/null
 # shown and run exactly as the README's "What the demo shows" has it (ctest readme_demo checks)
 echo "\$ COAGENT_DIR=examples/demo build/bin/coagent --no-session -p 'Say hello' --provider faux --faux-script examples/demo/script.json"
 COAGENT_DIR=examples/demo build/bin/coagent --no-session -p 'Say hello' --provider faux --faux-script examples/demo/script.json

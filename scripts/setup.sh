@@ -7,7 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config git ca-certificates openssl
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-filesystem1.81-dev
   catch2 libspdlog-dev libfmt-dev libssl-dev libre2-dev libcli11-dev libbenchmark-dev
-  libedit-dev libncurses-dev tmux doxygen gnuplot-nox
+  libedit-dev libncurses-dev tmux doxygen gnuplot-nox libcmark-gfm-dev libcmark-gfm-extensions-dev
   clang libclang-rt-14-dev prometheus-cpp-dev
 )
 

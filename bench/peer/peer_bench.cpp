@@ -379,7 +379,8 @@ struct bench {
         auto sub = c.on_event([&ts, &timer, by_event](const json::object& e) {
             const auto& type = e.at("type").as_string();
             if (type == "auto_retry_start" || type == "auto_retry_end") {
-                // the reference's fields only: coagent's extras (e.g. `limit`) are not compared
+                // the reference's fields only: coagent's extras (`limit`, `discarded`) are not
+                // compared
                 json::object same;
                 for (const char* k : {"type", "attempt", "maxAttempts", "delayMs", "errorMessage",
                                       "success", "finalError"})

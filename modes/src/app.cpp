@@ -2,6 +2,7 @@
 #include <coagent/telemetry/span_telemetry.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/providers/http_provider.hpp>
@@ -12,6 +13,11 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <ctime>
 #include <fstream>
 
 #include <fcntl.h>
@@ -34,7 +40,18 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     }
     for (const auto& w : store_.warnings()) std::cerr << "warning: " << w.message() << "\n";
 
-    std::shared_ptr<provider> faux;
+    catalog_ = std::make_shared<app_catalog>(dir_, store_.current().provider, nullptr);
+    if (opts_.provider.empty()) {
+        // none named: settings, else the first provider with a credential, else faux
+        model_selection_settings sel = store_.current().selection;
+        if (!opts_.model.empty()) sel.default_model = opts_.model;  // --model ID
+        const std::string origin =
+            store_.origin(!sel.default_provider.empty() || opts_.model.empty() ? "defaultProvider"
+                                                                               : "defaultModel");
+        choice_ = choose_model(sel, origin, catalog_->candidates());
+        opts_.provider = choice_->provider;
+        opts_.model = choice_->model;
+    }
     if (opts_.provider == "faux") {
         faux_options fo;
         if (opts_.faux_script) {
@@ -48,13 +65,72 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
         fo.log_file = opts_.faux_log;
         fo.stream_idle_timeout_ms = store_.current().provider.stream_idle_timeout_ms;
         try {
-            faux = std::make_shared<faux_provider>(std::move(fo));
+            catalog_->set_faux(std::make_shared<faux_provider>(std::move(fo)));
         } catch (const std::system_error& e) {
             throw config_error(e.what());
         }
     }
-    catalog_ = std::make_shared<app_catalog>(dir_, store_.current().provider, std::move(faux));
     provider_ = catalog_->make(opts_.provider, opts_.model);
+}
+
+// ---- choosing the model ---------------------------------------------------------------------
+
+model_choice choose_model(const model_selection_settings& defaults, std::string_view origin,
+                          const std::vector<provider_candidate>& candidates) {
+    std::string provider = defaults.default_provider;
+    std::string model = defaults.default_model;
+    if (provider.empty()) {
+        if (const auto slash = model.find('/'); slash != std::string::npos) {
+            provider = model.substr(0, slash);  // defaultModel "provider/id"
+            model = model.substr(slash + 1);
+        }
+    }
+    if (!provider.empty())
+        return {
+            provider, model,
+            std::string(defaults.default_provider.empty() ? "defaultModel" : "defaultProvider") +
+                " in " + std::string(origin)};
+    for (const auto& c : candidates)
+        if (!c.credential.empty())
+            return {c.name, model.empty() ? c.first_model : model, "a key in " + c.credential};
+    return {"faux", model.empty() ? std::string() : model,
+            "no API key found: the offline faux provider"};
+}
+
+std::string model_choice_line(const model_info& m, const model_choice& c) {
+    return "coagent: using " + m.provider + "/" + m.id + " (" + c.reason +
+           "; --provider/--model or defaultProvider choose another)";
+}
+
+std::string format_model_list(const std::vector<app_catalog::listed_model>& rows,
+                              std::string_view pattern) {
+    const auto lower = [](std::string_view t) {
+        std::string out(t);
+        for (char& ch : out)
+            if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+        return out;
+    };
+    const std::string want = lower(pattern);
+    std::vector<std::array<std::string, 4>> table{{"provider", "model", "context", "credential"}};
+    for (const auto& r : rows) {
+        if (lower(r.provider + "/" + r.id).find(want) == std::string::npos) continue;
+        table.push_back({r.provider, r.id, std::to_string(r.context_window),
+                         r.credential.empty() ? "none" : r.credential});
+    }
+    if (table.size() == 1) return "no model matches \"" + std::string(pattern) + "\"\n";
+    std::array<std::size_t, 4> w{};
+    for (const auto& row : table)
+        for (std::size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], row[i].size());
+    std::string out;
+    for (const auto& row : table) {
+        std::string line;
+        for (std::size_t i = 0; i < 4; ++i) {
+            line += row[i];
+            if (i + 1 < 4) line += std::string(w[i] - row[i].size() + 2, ' ');
+        }
+        out += line + "\n";
+    }
+    return out;
 }
 
 // ---- the catalog ----------------------------------------------------------------------------
@@ -153,6 +229,39 @@ std::vector<model_info> app_catalog::available() {
     return out;
 }
 
+std::vector<provider_candidate> app_catalog::candidates() {
+    load();
+    std::vector<provider_candidate> out;
+    const auto add = [&](const provider_entry& p) {
+        if (p.models.empty()) return;
+        provider_candidate c{p.name, p.models.front().id, {}};
+        if (!p.api_key.empty() && !models_config::static_api_key(p).empty())
+            c.credential = (dir_ / "models.json").string() + " (apiKey)";
+        else if (!p.env_key.empty() && !models_config::static_api_key(p).empty())
+            c.credential = p.env_key;
+        else if (auth_->credential_count(p.name) > 0)
+            c.credential = (dir_ / "auth.json").string();
+        out.push_back(std::move(c));
+    };
+    for (const char* builtin : {"anthropic", "openai"})
+        if (const auto* p = models_->find(builtin)) add(*p);
+    for (const auto& p : models_->providers())
+        if (p.name != "anthropic" && p.name != "openai") add(p);
+    return out;
+}
+
+std::vector<app_catalog::listed_model> app_catalog::list() {
+    std::vector<listed_model> out;
+    out.push_back({"faux", "faux", make("faux", "faux")->model().context_window, "not needed"});
+    const auto cands = candidates();
+    for (const auto& c : cands) {
+        const auto* p = models_->find(c.name);
+        for (const auto& m : p->models)
+            out.push_back({c.name, m.id, m.context_window, c.credential});
+    }
+    return out;
+}
+
 standard_descriptors reserve_standard_descriptors() noexcept {
     standard_descriptors d;
     bool* closed[3] = {&d.stdin_closed, &d.stdout_closed, &d.stderr_closed};
@@ -173,10 +282,39 @@ fs::path app_context::sessions_dir() const {
     return opts_.session_dir ? *opts_.session_dir : dir_ / "sessions";
 }
 
-std::optional<fs::path> latest_session_file(const fs::path& dir, const std::string& cwd) {
+namespace {
+
+// The text of the first user message among a session file's first lines ("" if none).
+std::string first_prompt_of(std::istream& in) {
+    for (int n = 0; n < 200; ++n) {
+        const auto line = read_first_line(in, session_header_max_bytes);
+        if (!line) break;
+        boost::system::error_code jec;
+        auto v = boost::json::parse(*line, jec);
+        if (jec || !v.is_object()) continue;
+        const auto* m = v.as_object().if_contains("message");
+        if (!m || !m->is_object()) continue;
+        const auto* role = m->as_object().if_contains("role");
+        if (!role || !role->is_string() || role->get_string() != "user") continue;
+        const auto* c = m->as_object().if_contains("content");
+        if (c && c->is_string()) return std::string(c->get_string());
+        if (c && c->is_array())
+            for (const auto& part : c->get_array())
+                if (const auto* t =
+                        part.is_object() ? part.as_object().if_contains("text") : nullptr;
+                    t && t->is_string())
+                    return std::string(t->get_string());
+        return {};
+    }
+    return {};
+}
+
+}  // namespace
+
+std::vector<session_summary> recent_sessions(const fs::path& dir, const std::string& cwd,
+                                             std::size_t max) {
     std::error_code ec;
-    std::optional<fs::path> best;
-    fs::file_time_type best_time;
+    std::vector<session_summary> out;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
         if (!entry.is_regular_file() || entry.path().extension() != ".jsonl") continue;
         std::ifstream in(entry.path());
@@ -187,13 +325,72 @@ std::optional<fs::path> latest_session_file(const fs::path& dir, const std::stri
         if (jec || !v.is_object()) continue;
         const auto* c = v.as_object().if_contains("cwd");
         if (!c || !c->is_string() || c->get_string() != cwd) continue;
-        auto t = entry.last_write_time();
-        if (!best || t > best_time) {
-            best = entry.path();
-            best_time = t;
-        }
+        session_summary s{entry.path(), entry.last_write_time(ec), {}};
+        out.push_back(std::move(s));
     }
-    return best;
+    // newest first; the same time: by name (a timestamp), newest first
+    std::sort(out.begin(), out.end(), [](const session_summary& a, const session_summary& b) {
+        return a.modified != b.modified ? a.modified > b.modified : a.file > b.file;
+    });
+    if (out.size() > max) out.resize(max);
+    for (auto& s : out) {
+        std::ifstream in(s.file);
+        s.first_prompt = first_prompt_of(in);
+    }
+    return out;
+}
+
+std::optional<fs::path> latest_session_file(const fs::path& dir, const std::string& cwd) {
+    auto all = recent_sessions(dir, cwd, 1);
+    if (all.empty()) return std::nullopt;
+    return all.front().file;
+}
+
+std::string session_choice_label(const session_summary& s) {
+    const auto t =
+        std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(s.modified));
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+    std::string prompt = s.first_prompt;
+    std::replace(prompt.begin(), prompt.end(), '\n', ' ');
+    if (prompt.empty()) prompt = "(no message)";
+    return std::string(when) + "  " + prompt;
+}
+
+std::string format_session_choices(const std::vector<session_summary>& sessions) {
+    std::string out;
+    for (std::size_t i = 0; i < sessions.size(); ++i)
+        out += std::to_string(i + 1) + ". " + session_choice_label(sessions[i]) + "\n";
+    return out;
+}
+
+std::vector<std::string> effective_retry_settings(const settings_store& store) {
+    std::vector<std::string> out;
+    for (const auto& info : settings_schema()) {
+        if (!info.key.starts_with("retry.")) continue;
+        const auto v = store.get(info.key);
+        std::string where = store.origin(info.key);
+        if (where == "<runtime>") where = "this session";
+        out.push_back(std::string(info.key) + " = " +
+                      (v ? boost::json::serialize(*v) : std::string("(none)")) + "  (" + where +
+                      ")");
+    }
+    return out;
+}
+
+std::optional<std::size_t> parse_session_choice(std::string_view answer, std::size_t count) {
+    while (!answer.empty() &&
+           (answer.back() == '\n' || answer.back() == '\r' || answer.back() == ' '))
+        answer.remove_suffix(1);
+    while (!answer.empty() && answer.front() == ' ') answer.remove_prefix(1);
+    std::size_t n = 0;
+    const auto [ptr, ec] = std::from_chars(answer.data(), answer.data() + answer.size(), n);
+    if (answer.empty() || ec != std::errc() || ptr != answer.data() + answer.size() || n < 1 ||
+        n > count)
+        return std::nullopt;
+    return n - 1;
 }
 
 std::unique_ptr<agent_session> app_context::make_session(bool resume,

@@ -15,6 +15,7 @@
 #include <coagent/modes/tui_layout.hpp>
 #include <coagent/modes/tui_screen.hpp>
 #include <coagent/modes/tui_text.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -280,6 +281,7 @@ class interactive_ui {
         } catch (const spdlog::spdlog_ex& e) {
             throw config_error("cannot open the log file " + log_path.string() + ": " + e.what());
         }
+        log_ = log;
         session_ =
             app_.make_session(true, std::move(log));  // config_error → exit 2, terminal untouched
         editor_.open();
@@ -287,20 +289,19 @@ class interactive_ui {
         bool have_terminfo = false;
         tui::terminal_caps caps = load_terminfo_caps(have_terminfo);
         screen_.emplace(std::move(caps));
+        printer_.set_markdown(app_.settings_layers().current().tui.markdown &&
+                              !app_.options().no_markdown);
         std::tie(width_, height_) = term_.size();
 
         const model_info m = session_->model();
         ctl_.set_model_label(model_selector(m));
+        update_totals();
+        ctl_.set_usage(session_->usage());
         ctl_.set_auto_retry_state(session_->auto_retry_enabled());
-        ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id +
+        const std::string why = app_.choice() ? " (" + app_.choice()->reason + ")" : "";
+        ctl_.add_notice("coagent \u2014 " + m.provider + "/" + m.id + why +
                         ". Enter sends, Esc interrupts, Ctrl+C twice or Ctrl+D exits.");
-        for (const auto& msg : session_->messages()) {  // a resumed session
-            if (msg->role == message_role::user)
-                ctl_.add_item(transcript_item::kind::user, text_of(*msg));
-            else if (msg->role == message_role::assistant && !is_failed_assistant(*msg) &&
-                     !text_of(*msg).empty())
-                ctl_.add_item(transcript_item::kind::assistant, text_of(*msg));
-        }
+        show_history();
         sub_ = session_->subscribe([this](const event& e) { on_event(e); });
 
         const int in_fd = open_input();
@@ -314,6 +315,7 @@ class interactive_ui {
         arm_signals();
 
         render(false);
+        if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
             request_exit(exit_code_);
@@ -331,6 +333,12 @@ class interactive_ui {
 
   private:
     // ---- set-up and tear-down ------------------------------------------------------------
+
+    void show_history() {
+        // a resumed session: its transcript as it was live (failed attempts, retry lines)
+        for (const event& e : resumed_transcript_events(session_->history().entries()))
+            ctl_.on_event(e, tui_controller::clock::now());
+    }
 
     static int open_input() {
         // a file description of our own: O_NONBLOCK on it does not reach stdout or the shell
@@ -449,12 +457,26 @@ class interactive_ui {
                 perform(ctl_.on_escape());
                 return;
             case kk::enter: {
-                perform(ctl_.on_enter(to_utf8(editor_.text())));
+                const std::u32string input = editor_.text();
+                const tui_command c = ctl_.on_enter(to_utf8(input));
+                if (c.consume) {  // a command or a pick: into the history, out of the input
+                    editor_.remember(input);
+                    editor_.clear();
+                }
+                perform(c);
                 return;
             }
             case kk::ctrl_c:
-                perform(ctl_.on_ctrl_c(editor_.text().empty()));
+                perform(ctl_.on_ctrl_c(editor_.text().empty(), tui_controller::clock::now()));
                 return;
+            case kk::tab: {
+                const auto c = ctl_.on_tab(to_utf8(editor_.text()));
+                if (c.type == tui_command::kind::edit)
+                    editor_.feed(k.chars);
+                else
+                    perform(c);
+                return;
+            }
             case kk::ctrl_d: {
                 const auto c = ctl_.on_ctrl_d(editor_.text().empty());
                 if (c.type == tui_command::kind::edit) {
@@ -527,6 +549,11 @@ class interactive_ui {
                 return;
             case tui_command::kind::abort:
                 session_->abort();
+                if (!c.restore.empty()) {  // the queued follow-ups, back into the input
+                    const std::u32string now = editor_.text();
+                    editor_.clear();
+                    editor_.insert(to_u32(c.restore) + (now.empty() ? U"" : U"\n" + now));
+                }
                 return;
             case tui_command::kind::abort_retry:
                 session_->abort_retry();
@@ -538,8 +565,10 @@ class interactive_ui {
                 editor_.clear();
                 return;
             case tui_command::kind::submit: {
-                editor_.remember(to_u32(c.text));
-                editor_.clear();
+                if (!c.consume) {
+                    editor_.remember(to_u32(c.text));
+                    editor_.clear();
+                }
                 launch_prompt(c.text, c.join);
                 return;
             }
@@ -547,11 +576,132 @@ class interactive_ui {
                 request_exit(0);
                 return;
             case tui_command::kind::set_auto_retry:
-                editor_.remember(to_u32(c.text));
-                editor_.clear();
                 set_auto_retry(c.enabled);
                 return;
+            case tui_command::kind::set_input:
+                editor_.clear();
+                editor_.insert(to_u32(c.text));
+                return;
+            case tui_command::kind::set_model:
+                set_model(c.text);
+                return;
+            case tui_command::kind::new_session:
+                replace_session(false);
+                return;
+            case tui_command::kind::resume:
+                resume(c.text);
+                return;
+            case tui_command::kind::compact:
+                launch_compact(c.text);
+                return;
+            case tui_command::kind::show_settings: {
+                std::string text = "Retry settings (" +
+                                   app_.settings_layers().global_file().string() + ", then " +
+                                   app_.settings_layers().project_file().string() + "):";
+                for (const auto& line : effective_retry_settings(app_.settings_layers()))
+                    text += "\n  " + line;
+                ctl_.add_notice(std::move(text));
+                return;
+            }
         }
+    }
+
+    /// /model provider/id, or the numbered list of the models with a key.
+    void set_model(const std::string& selector) {
+        if (selector.empty()) {
+            std::vector<std::string> labels, values;
+            const model_info now = session_->model();
+            for (const auto& m : app_.catalog()->available()) {
+                const std::string sel = m.provider + "/" + m.id;
+                labels.push_back(
+                    sel + (m.provider == now.provider && m.id == now.id ? "  (in use)" : ""));
+                values.push_back(sel);
+            }
+            ctl_.begin_pick(tui_command::kind::set_model,
+                            "Models (a number and Enter picks):", std::move(labels),
+                            std::move(values));
+            return;
+        }
+        const auto slash = selector.find('/');
+        const std::string error =
+            session_->set_model(selector.substr(0, slash), selector.substr(slash + 1));
+        if (!error.empty()) {
+            ctl_.add_item(transcript_item::kind::error, "Model not changed: " + error);
+            return;
+        }
+        ctl_.set_model_label(model_selector(session_->model()));
+        update_totals();
+        ctl_.add_notice("Model: " + model_selector(session_->model()));
+    }
+
+    /// /new (resume false) or /resume's pick: the session replaced, the screen drawn again.
+    void replace_session(bool resume) {
+        if (session_->is_busy() || tasks_ > 0) {
+            ctl_.add_item(transcript_item::kind::error,
+                          "Wait for the current turn to end (or press Esc)");
+            return;
+        }
+        std::unique_ptr<agent_session> next;
+        try {
+            next = app_.make_session(resume, log_);
+        } catch (const config_error& e) {
+            ctl_.add_item(transcript_item::kind::error, e.what());
+            return;
+        }
+        sub_.reset();
+        session_ = std::move(next);
+        sub_ = session_->subscribe([this](const event& e) { on_event(e); });
+        ctl_.reset_transcript();
+        ctl_.set_model_label(model_selector(session_->model()));
+        update_totals();
+        ctl_.set_usage(session_->usage());
+        const auto file = session_->history().file();
+        ctl_.add_notice((resume ? "Resumed " : "New session ") +
+                        (file ? file->string() : std::string("(in memory)")));
+        if (resume) show_history();
+        render(true);
+    }
+
+    void resume(const std::string& file) {
+        if (!file.empty()) {
+            app_.set_session_file(file);
+            replace_session(true);
+            return;
+        }
+        const std::string cwd = to_valid_utf8(std::filesystem::current_path().string());
+        const auto current = session_->history().file();
+        std::vector<std::string> labels, values;
+        for (const auto& s : recent_sessions(app_.sessions_dir(), cwd, 11)) {
+            if (current && s.file == *current) continue;
+            if (labels.size() == 10) break;
+            labels.push_back(session_choice_label(s));
+            values.push_back(s.file.string());
+        }
+        if (labels.empty()) {
+            ctl_.add_item(transcript_item::kind::error,
+                          "No other session of " + cwd + " in " + app_.sessions_dir().string());
+            return;
+        }
+        ctl_.begin_pick(tui_command::kind::resume,
+                        "Recent sessions of " + cwd + " (a number and Enter picks):",
+                        std::move(labels), std::move(values));
+    }
+
+    void launch_compact(std::string instructions) {
+        ++tasks_;
+        compaction_seen_ = false;
+        asio::co_spawn(io_, session_->compact(std::move(instructions)),
+                       [this](std::exception_ptr e, compact_result r) {
+                           --tasks_;
+                           if (e) {
+                               log_exception("compacting", e);
+                           } else if (!r.ok && !compaction_seen_) {
+                               ctl_.add_item(transcript_item::kind::error,
+                                             "Compaction failed: " + r.error);
+                               schedule_render();
+                           }
+                           maybe_finish();
+                       });
     }
 
     /// The TUI toggle of docs/architecture.md "Configuration": a runtime override for this session
@@ -604,10 +754,16 @@ class interactive_ui {
     }
 
     void on_event(const event& e) {
+        if (std::holds_alternative<compaction_end_event>(e)) compaction_seen_ = true;
         // the footer names the model in use: a fallback switches it, a restored primary too
         if (std::holds_alternative<agent_start_event>(e) ||
             std::holds_alternative<retry_fallback_applied_event>(e))
             ctl_.set_model_label(model_selector(session_->model()));
+        // the footer's tokens, context and cost: a reply ended, a prompt settled
+        if (std::holds_alternative<message_end_event>(e) ||
+            std::holds_alternative<agent_settled_event>(e) ||
+            std::holds_alternative<compaction_end_event>(e))
+            update_totals();
         // the footer's retry accounting: a retry decided, a chain or a prompt over
         if (std::holds_alternative<auto_retry_start_event>(e) ||
             std::holds_alternative<auto_retry_end_event>(e) ||
@@ -615,6 +771,10 @@ class interactive_ui {
             ctl_.set_usage(session_->usage());
         ctl_.on_event(e, tui_controller::clock::now());
         schedule_render();
+    }
+
+    void update_totals() {
+        ctl_.set_totals(totals_of(session_->history().messages(), session_->model()));
     }
 
     // ---- drawing ---------------------------------------------------------------------------
@@ -652,18 +812,19 @@ class interactive_ui {
 
     /// The transcript rows not printed yet (all of them after a reset), plus the streaming
     /// reply's last row, which stays in the live region while it can still change.
-    void collect(std::vector<screen_row>& commit, std::optional<screen_row>& stream_row,
+    void collect(std::vector<screen_row>& commit, std::vector<screen_row>& stream_rows,
                  bool finish) {
         printer_.collect(ctl_.transcript(), !finish && ctl_.streaming(), width_, commit,
-                         stream_row);
+                         stream_rows);
     }
 
-    tui::live_region compose_live(std::optional<screen_row> stream_row) const {
+    tui::live_region compose_live(std::vector<screen_row> stream_rows) const {
         tui::live_input in;
-        in.stream_row = std::move(stream_row);
+        in.stream_rows = std::move(stream_rows);
         in.queued = ctl_.queued();
         in.loader = ctl_.loader_text();
         in.status = ctl_.status_text();
+        in.footer = ctl_.footer_text();
         in.text = editor_.text();
         in.cursor = editor_.cursor();
         in.width = width_;
@@ -673,9 +834,9 @@ class interactive_ui {
 
     std::string collect_and_render(bool finish) {
         std::vector<screen_row> commit;
-        std::optional<screen_row> stream_row;
-        collect(commit, stream_row, finish);
-        const tui::live_region live = compose_live(std::move(stream_row));
+        std::vector<screen_row> stream_rows;
+        collect(commit, stream_rows, finish);
+        const tui::live_region live = compose_live(std::move(stream_rows));
         return screen_->render(commit, live.rows, live.cursor_row, live.cursor_col);
     }
 
@@ -685,9 +846,9 @@ class interactive_ui {
         if (full) {
             printer_.reset();
             std::vector<screen_row> all;
-            std::optional<screen_row> stream_row;
-            collect(all, stream_row, false);
-            const tui::live_region live = compose_live(std::move(stream_row));
+            std::vector<screen_row> stream_rows;
+            collect(all, stream_rows, false);
+            const tui::live_region live = compose_live(std::move(stream_rows));
             out = screen_->redraw(all, live.rows, live.cursor_row, live.cursor_col);
         } else {
             out = collect_and_render(false);
@@ -698,8 +859,10 @@ class interactive_ui {
 
     app_context& app_;
     asio::io_context& io_;
+    std::shared_ptr<spdlog::logger> log_;
     std::unique_ptr<agent_session> session_;
     subscription sub_;
+    bool compaction_seen_ = false;
     tui_controller ctl_;
     tui::key_decoder keys_;
     terminal term_;
@@ -779,6 +942,8 @@ tui::terminal_caps load_terminfo_caps(bool& found) {
     take(c.reset, "sgr0");
     take(c.bold, "bold");
     take(c.dim, "dim");
+    take(c.italic, "sitm");
+    take(c.underline, "smul");
     if (const std::string setaf = cap("setaf"); !setaf.empty()) {
         c.red = param(setaf, 1);
         c.yellow = param(setaf, 3);

@@ -1,12 +1,15 @@
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/tui_controller.hpp>
+#include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
+#include <coagent/runtime/json_input.hpp>
 
 #include <boost/json/serialize.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cwchar>
 
 namespace coagent {
@@ -14,6 +17,50 @@ namespace coagent {
 namespace {
 
 constexpr std::string_view ellipsis = "\u2026";
+constexpr auto ctrl_c_window = std::chrono::seconds(2);
+constexpr auto spinner_frame = std::chrono::milliseconds(100);
+constexpr std::string_view spinner[] = {"\u280b", "\u2819", "\u2839", "\u2838", "\u283c",
+                                        "\u2834", "\u2826", "\u2827", "\u2807", "\u280f"};
+
+// 340, 1.2k, 12k, 1.2M: a token count in a few columns
+std::string compact_count(std::int64_t n) {
+    if (n < 1000) return std::to_string(n);
+    if (n < 10'000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
+    if (n < 1'000'000) return std::to_string(n / 1000) + "k";
+    return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
+}
+
+bool is_blank(std::string_view s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; });
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_blank(s.substr(0, 1))) s.remove_prefix(1);
+    while (!s.empty() && is_blank(s.substr(s.size() - 1))) s.remove_suffix(1);
+    return s;
+}
+
+// "/name" of an input whose first word is a slash and letters or '-' only, else empty
+std::string_view command_name(std::string_view input) {
+    if (input.size() < 2 || input[0] != '/') return {};
+    std::size_t i = 1;
+    while (i < input.size() && ((input[i] >= 'a' && input[i] <= 'z') || input[i] == '-')) ++i;
+    if (i == 1 || (i < input.size() && !is_blank(input.substr(i, 1)))) return {};
+    return input.substr(0, i);
+}
+
+const std::vector<slash_command_info> commands{
+    {"/help", "", "list the commands"},
+    {"/model", "[provider/id]", "switch the model (without one: a numbered list to pick from)"},
+    {"/new", "", "start a new session"},
+    {"/resume", "", "pick one of this directory's recent sessions to continue"},
+    {"/compact", "[instructions]", "summarize the conversation so far to free the context"},
+    {"/autoretry", "on|off", "turn automatic retry on or off (saved to the settings)"},
+    {"/retry", "", "during a backoff: retry now; otherwise send the last failed prompt again"},
+    {"/settings", "", "the effective retry settings and the file each value came from"},
+    {"/quit", "", "exit coagent"},
+};
 
 std::string one_line(std::string_view s, std::size_t max_bytes) {
     std::string out;
@@ -28,6 +75,30 @@ std::string one_line(std::string_view s, std::size_t max_bytes) {
 }
 
 }  // namespace
+
+const std::vector<slash_command_info>& slash_commands() {
+    return commands;
+}
+
+std::optional<completion> complete_slash(std::string_view input) {
+    if (input.empty() || input[0] != '/' || input.find_first_of(" \t\n") != input.npos)
+        return std::nullopt;
+    completion c;
+    for (const auto& cmd : commands)
+        if (cmd.name.starts_with(input)) c.candidates.emplace_back(cmd.name);
+    if (c.candidates.empty()) return std::nullopt;
+    if (c.candidates.size() == 1) {
+        c.text = c.candidates.front() + " ";
+        return c;
+    }
+    c.text = c.candidates.front();
+    for (const auto& n : c.candidates) {
+        std::size_t k = 0;
+        while (k < c.text.size() && k < n.size() && c.text[k] == n[k]) ++k;
+        c.text.resize(k);
+    }
+    return c;
+}
 
 std::string_view to_string(esc_action a) noexcept {
     switch (a) {
@@ -82,7 +153,9 @@ void tui_controller::on_event(const event& e, time_point now) {
         if (esc_ == esc_action::none) esc_ = esc_action::abort;
         if (loader_ == loader_kind::none || loader_ == loader_kind::retry)
             loader_ = loader_kind::working;
+        if (!working_since_) working_since_ = now;  // one clock for the prompt, retries included
         retry_error_.clear();
+        retry_limit_ = limit_kind::none;
     } else if (const auto* ms = std::get_if<message_start_event>(&e)) {
         if (ms->message && ms->message->role == message_role::user) {
             std::string text = text_of(*ms->message);
@@ -131,7 +204,14 @@ void tui_controller::on_event(const event& e, time_point now) {
         wait_start_ = now;
         wait_ms_ = std::max<std::int64_t>(0, rs->delay_ms);
         retry_error_ = rs->error_message;
+        retry_limit_ = rs->limit;
         pending_error_.reset();  // the loader shows that it failed; only a final failure is a line
+        // the failed reply's partial text stays in the scrollback: one line says it is discarded
+        if (auto marker =
+                tui::discarded_marker(rs->discarded.text_chars, rs->discarded.tool_calls)) {
+            end_stream();
+            add(transcript_item::kind::notice, std::move(*marker));
+        }
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
         restore_escape();  // only if auto_retry_start saved one (maxRetries 0: end without start)
         if (loader_ == loader_kind::retry)
@@ -172,6 +252,7 @@ void tui_controller::on_event(const event& e, time_point now) {
         end_stream();
         flush_pending_error();
         busy_ = false;
+        working_since_.reset();
         saved_esc_.reset();
         esc_ = esc_action::none;
         loader_ = loader_kind::none;
@@ -180,12 +261,19 @@ void tui_controller::on_event(const event& e, time_point now) {
 }
 
 void tui_controller::on_tick(time_point now) {
-    const std::string before = loader_ == loader_kind::retry ? loader_text() : std::string();
+    const bool timed = loader_ == loader_kind::retry || loader_ == loader_kind::working;
+    const std::string before = timed ? loader_text() : std::string();
     now_ = now;
-    if (loader_ == loader_kind::retry && loader_text() != before) ++revision_;
+    if (timed && loader_text() != before) ++revision_;      // the countdown, the spinner
+    if (ctrl_c_at_ && now - *ctrl_c_at_ > ctrl_c_window) {  // the pair's window has passed
+        ctrl_c_at_.reset();
+        ++revision_;
+    }
 }
 
 void tui_controller::on_prompt_done(const std::string& text, const prompt_result& r) {
+    if (r.outcome == prompt_result::status::failed) last_failed_ = text;
+    if (r.outcome == prompt_result::status::succeeded && last_failed_ == text) last_failed_.clear();
     if (r.outcome == prompt_result::status::refused) {
         if (auto it = std::find(queued_.begin(), queued_.end(), text); it != queued_.end())
             queued_.erase(it);
@@ -203,9 +291,23 @@ tui_command tui_controller::on_escape() {
     tui_command c;
     switch (esc_) {
         case esc_action::none:
+            if (pick_) {
+                pick_.reset();
+                add(transcript_item::kind::notice, "Cancelled");
+            }
             break;
         case esc_action::abort:
             c.type = tui_command::kind::abort;
+            // the follow-ups waiting go back into the input (the abort drops them from the
+            // session; with queued_ empty their completion adds no "dropped" line)
+            for (const auto& q : queued_) {
+                if (!c.restore.empty()) c.restore += "\n";
+                c.restore += q;
+            }
+            if (!queued_.empty()) {
+                queued_.clear();
+                ++revision_;
+            }
             break;
         case esc_action::abort_retry:
             c.type = tui_command::kind::abort_retry;
@@ -217,21 +319,37 @@ tui_command tui_controller::on_escape() {
 tui_command tui_controller::on_enter(std::string_view input) {
     on_other_key();
     tui_command c;
-    const bool blank = std::all_of(input.begin(), input.end(), [](char ch) {
-        return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-    });
-    if (blank) {
+    if (is_blank(input)) {
         if (loader_ == loader_kind::retry) c.type = tui_command::kind::retry_now;
         return c;
     }
-    if (input == "/retry" || input == "/retry on" || input == "/retry off") {
-        c.type = tui_command::kind::set_auto_retry;
-        c.text = std::string(input);
-        c.enabled = input == "/retry" ? !auto_retry_ : input == "/retry on";
+    if (pick_) {
+        const std::string_view t = trim(input);
+        std::size_t n = 0;
+        const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        auto pick = std::move(*pick_);
+        pick_.reset();
+        ++revision_;
+        if (ec == std::errc() && ptr == t.data() + t.size() && n >= 1 && n <= pick.values.size()) {
+            c.type = pick.k;
+            c.text = pick.values[n - 1];
+            c.consume = true;
+            return c;
+        }
+        // anything else ends the pick and is what it is
+    }
+    if (!command_name(input).empty()) {
+        c = slash(input);
+        c.consume = true;
         return c;
     }
+    return submit(std::string(input));
+}
+
+tui_command tui_controller::submit(std::string text) {
+    tui_command c;
     c.type = tui_command::kind::submit;
-    c.text = std::string(input);
+    c.text = std::move(text);
     // during a backoff a message is a reason to try now: it joins the chain (issue 26)
     c.join = busy_ && loader_ == loader_kind::retry;
     c.queued = busy_ && !c.join;
@@ -243,9 +361,119 @@ tui_command tui_controller::on_enter(std::string_view input) {
         busy_ = true;  // a second Enter before the turn starts is queued behind it
         if (esc_ == esc_action::none) esc_ = esc_action::abort;
         loader_ = loader_kind::working;
+        working_since_.reset();  // the clock starts at agent_start
     }
     ++revision_;
     return c;
+}
+
+tui_command tui_controller::slash(std::string_view input) {
+    const std::string_view name = command_name(input);
+    const std::string arg(trim(input.substr(name.size())));
+    tui_command c;
+    const auto error = [&](std::string text) {
+        add(transcript_item::kind::error, std::move(text));
+        return tui_command{};
+    };
+    const auto idle_only = [&]() -> bool {
+        if (!busy_) return true;
+        error(std::string(name) + ": wait for the current turn to end (or press Esc)");
+        return false;
+    };
+    if (name == "/help") {
+        std::string text = "Commands (Tab completes a name):";
+        for (const auto& cmd : commands)
+            text += "\n  " + std::string(cmd.name) + (cmd.args.empty() ? "" : " ") +
+                    std::string(cmd.args) + " \u2014 " + std::string(cmd.help);
+        add(transcript_item::kind::notice, std::move(text));
+        return c;
+    }
+    if (name == "/model") {
+        if (!arg.empty() &&
+            (arg.find('/') == 0 || arg.find('/') == std::string::npos || arg.back() == '/'))
+            return error("Usage: /model [provider/id], found \"" + arg + "\"");
+        c.type = tui_command::kind::set_model;
+        c.text = arg;
+        return c;
+    }
+    if (name == "/new" || name == "/resume") {
+        if (!arg.empty()) return error("Usage: " + std::string(name) + " (no argument)");
+        if (!idle_only()) return {};
+        c.type = name == "/new" ? tui_command::kind::new_session : tui_command::kind::resume;
+        return c;
+    }
+    if (name == "/compact") {
+        if (!idle_only()) return {};
+        c.type = tui_command::kind::compact;
+        c.text = arg;
+        return c;
+    }
+    if (name == "/autoretry") {
+        if (!arg.empty() && arg != "on" && arg != "off")
+            return error("Usage: /autoretry on|off, found \"" + arg + "\"");
+        c.type = tui_command::kind::set_auto_retry;
+        c.text = std::string(input);
+        c.enabled = arg.empty() ? !auto_retry_ : arg == "on";
+        return c;
+    }
+    if (name == "/retry") {
+        if (!arg.empty())
+            return error(
+                "Usage: /retry (no argument); /autoretry on|off turns automatic retry "
+                "on or off");
+        if (loader_ == loader_kind::retry) {
+            c.type = tui_command::kind::retry_now;
+            return c;
+        }
+        if (busy_) return error("/retry: a request is running; nothing failed yet");
+        if (last_failed_.empty()) return error("Nothing to retry: no prompt has failed");
+        c = submit(last_failed_);
+        return c;
+    }
+    if (name == "/settings") {
+        c.type = tui_command::kind::show_settings;
+        return c;
+    }
+    if (name == "/quit") {
+        c.type = tui_command::kind::exit;
+        return c;
+    }
+    return error("Unknown command: " + std::string(name) +
+                 " (/help lists the commands; it was not sent to the model)");
+}
+
+tui_command tui_controller::on_tab(std::string_view input) {
+    tui_command c;
+    const auto done = complete_slash(input);
+    if (!done) {
+        c.type = tui_command::kind::edit;
+        return c;
+    }
+    on_other_key();
+    c.type = tui_command::kind::set_input;
+    c.text = done->text;
+    if (done->candidates.size() > 1) {
+        for (const auto& n : done->candidates) hint_ += (hint_.empty() ? "" : "  ") + n;
+        ++revision_;
+    }
+    return c;
+}
+
+void tui_controller::begin_pick(tui_command::kind k, std::string title,
+                                std::vector<std::string> labels, std::vector<std::string> values) {
+    for (std::size_t i = 0; i < labels.size(); ++i)
+        title += "\n" + std::to_string(i + 1) + ". " + labels[i];
+    add(transcript_item::kind::notice, std::move(title));
+    pick_ = pick_state{k, std::move(values)};
+    ++revision_;
+}
+
+void tui_controller::reset_transcript() {
+    transcript_.clear();
+    streaming_ = false;
+    pending_error_.reset();
+    last_failed_.clear();
+    ++revision_;
 }
 
 void tui_controller::on_auto_retry_set(bool enabled, const std::string& saved_to,
@@ -261,14 +489,15 @@ void tui_controller::on_auto_retry_set(bool enabled, const std::string& saved_to
     }
 }
 
-tui_command tui_controller::on_ctrl_c(bool input_empty) {
+tui_command tui_controller::on_ctrl_c(bool input_empty, time_point now) {
     (void)input_empty;
     tui_command c;
-    if (ctrl_c_armed_) {
+    if (ctrl_c_at_ && now - *ctrl_c_at_ <= ctrl_c_window) {
         c.type = tui_command::kind::exit;
         return c;
     }
-    ctrl_c_armed_ = true;
+    ctrl_c_at_ = now;
+    hint_.clear();
     ++revision_;
     c.type = tui_command::kind::clear_input;
     return c;
@@ -282,8 +511,9 @@ tui_command tui_controller::on_ctrl_d(bool input_empty) {
 }
 
 void tui_controller::on_other_key() {
-    if (ctrl_c_armed_) {
-        ctrl_c_armed_ = false;
+    if (ctrl_c_at_ || !hint_.empty()) {
+        ctrl_c_at_.reset();
+        hint_.clear();
         ++revision_;
     }
 }
@@ -298,6 +528,20 @@ std::int64_t tui_controller::wait_left_ms() const {
 }
 
 std::optional<tui_controller::time_point> tui_controller::next_wakeup() const {
+    std::optional<time_point> at = countdown_wakeup();
+    if (loader_ == loader_kind::working && working_since_) {  // the spinner's next frame
+        const auto frames = (now_ - *working_since_) / spinner_frame;
+        const time_point next = *working_since_ + (frames + 1) * spinner_frame;
+        if (!at || next < *at) at = next;
+    }
+    if (ctrl_c_at_) {  // "Press Ctrl+C again" goes away when the window has passed
+        const time_point end = *ctrl_c_at_ + ctrl_c_window + std::chrono::milliseconds(1);
+        if (!at || end < *at) at = end;
+    }
+    return at;
+}
+
+std::optional<tui_controller::time_point> tui_controller::countdown_wakeup() const {
     const std::int64_t left = wait_left_ms();
     if (left <= 0) return std::nullopt;
     // the text changes when next_wait_change(left) ms are left, i.e. at start + (wait - that)
@@ -313,8 +557,17 @@ std::string tui_controller::loader_text() const {
     switch (loader_) {
         case loader_kind::none:
             return {};
-        case loader_kind::working:
-            return "Working\u2026 (esc to interrupt)";
+        case loader_kind::working: {
+            // "⠏ Working… 3s": a frame every 100 ms, the seconds since the prompt's first start
+            const auto elapsed = working_since_ && now_ > *working_since_
+                                     ? now_ - *working_since_
+                                     : time_point::duration::zero();
+            const auto frame =
+                static_cast<std::size_t>(elapsed / spinner_frame) % std::size(spinner);
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count();
+            return std::string(spinner[frame]) + " Working\u2026 " + format_elapsed(ms) +
+                   " (esc to interrupt)";
+        }
         case loader_kind::retry:
             return "Retrying (" + std::to_string(attempt_) + "/" + std::to_string(max_attempts_) +
                    ") in " + format_wait(wait_left_ms()) + "\u2026 (esc to cancel)";
@@ -337,23 +590,84 @@ std::string tui_controller::usage_label(const session_usage& u) {
     return s;
 }
 
-std::string tui_controller::status_text() const {
-    if (ctrl_c_armed_) return "Press Ctrl+C again to exit";
+std::string tui_controller::totals_label(const session_totals& t) {
+    std::string s = compact_count(t.input) + " in \u00b7 " + compact_count(t.output) + " out";
+    if (t.context_window > 0) {
+        const double pct =
+            100.0 * static_cast<double>(t.context_tokens) / static_cast<double>(t.context_window);
+        s += " \u00b7 " + fmt::format("{:.0f}", pct) + "% of " + compact_count(t.context_window) +
+             " context";
+    }
+    if (t.priced)
+        s += t.cost < 1 ? fmt::format(" \u00b7 ${:.4f}", t.cost)
+                        : fmt::format(" \u00b7 ${:.2f}", t.cost);
+    return s;
+}
+
+std::string tui_controller::footer_text() const {
     std::string s = model_label_;
+    for (const std::string* part : {&totals_label_, &usage_label_})
+        if (!part->empty()) s += (s.empty() ? "" : " \u00b7 ") + *part;
+    return s;
+}
+
+std::string_view limit_words(limit_kind k) noexcept {
+    switch (k) {
+        case limit_kind::rate:
+            return "rate limited";
+        case limit_kind::quota:
+            return "usage limit";
+        case limit_kind::billing:
+            return "out of credit";
+        case limit_kind::capacity:
+            return "provider overloaded";
+        case limit_kind::server:
+            return "provider error";
+        case limit_kind::transport:
+            return "connection lost";
+        case limit_kind::none:
+            break;
+    }
+    return {};
+}
+
+session_totals totals_of(const std::vector<message_ptr>& messages, const model_info& m) {
+    session_totals t;
+    t.context_window = m.context_window;
+    t.priced =
+        m.cost.input > 0 || m.cost.output > 0 || m.cost.cache_read > 0 || m.cost.cache_write > 0;
+    for (const auto& msg : messages) {
+        if (!msg || msg->role != message_role::assistant) continue;
+        const token_usage& u = msg->usage;
+        t.input = saturating_add(t.input, saturating_add(u.input, u.cache_read));
+        t.output = saturating_add(t.output, u.output);
+        t.cost += u.cost.total;
+        const std::int64_t whole =
+            u.total_tokens > 0 ? u.total_tokens
+                               : saturating_add(saturating_add(u.input, u.output),
+                                                saturating_add(u.cache_read, u.cache_write));
+        if (whole > 0) t.context_tokens = whole;  // the last reply that reported its usage
+    }
+    return t;
+}
+
+std::string tui_controller::status_text() const {
+    if (ctrl_c_at_) return "Press Ctrl+C again to exit";
+    if (!hint_.empty()) return hint_;
+    if (pick_) return "a number and enter: pick \u00b7 esc: cancel";
+    std::string s;  // the model and the figures are the footer's
     const auto sep = [&] {
         if (!s.empty()) s += " \u00b7 ";
     };
-    if (!usage_label_.empty()) {
-        sep();
-        s += usage_label_;
-    }
     if (!queued_.empty()) {
         sep();
         s += std::to_string(queued_.size()) + " queued";
     }
     sep();
-    if (loader_ == loader_kind::retry) {
+    if (loader_ == loader_kind::retry) {  // "… · rate limited · 429 Too Many Requests"
         s += "enter: retry now \u00b7 esc: cancel the retry";
+        if (const auto words = limit_words(retry_limit_); !words.empty())
+            s += " \u00b7 " + std::string(words);
         if (!retry_error_.empty()) s += " \u00b7 " + one_line(retry_error_, 160);
     } else if (busy_) {
         s += "esc: interrupt \u00b7 enter: queue a follow-up";
@@ -361,6 +675,78 @@ std::string tui_controller::status_text() const {
         s += "enter: send \u00b7 ctrl+j: new line \u00b7 ctrl+c twice or ctrl+d: exit";
     }
     return s;
+}
+
+// ---- a resumed session's transcript ---------------------------------------------------------
+
+namespace {
+
+// the failed attempt at entries[i] was retried: an assistant message (the next attempt) follows
+// before the next user message, or its chain was cancelled in the backoff
+bool retried(const std::vector<history_entry>& entries, std::size_t i) {
+    for (std::size_t j = i + 1; j < entries.size(); ++j) {
+        const history_entry& e = entries[j];
+        if (e.type == "retry_end") {
+            const auto* fe = e.raw.if_contains("finalError");
+            return fe && fe->is_string() && fe->get_string() == retry_cancelled_text;
+        }
+        if (e.type == "message" && e.msg) return e.msg->role == message_role::assistant;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries) {
+    std::vector<event> out;
+    bool open = false;  // a prompt is being drawn: it settles before the next one
+    const auto settle = [&] {
+        if (open) out.emplace_back(agent_settled_event{});
+        open = false;
+    };
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const history_entry& e = entries[i];
+        if (e.type == "message" && e.msg) {
+            const message& m = *e.msg;
+            if (m.role == message_role::user) {
+                settle();
+                out.emplace_back(message_start_event{e.msg});
+            } else if (m.role == message_role::assistant) {
+                out.emplace_back(message_end_event{e.msg});
+                if (!is_failed_assistant(m))
+                    for (const tool_call_block* c : tool_calls_of(m))
+                        out.emplace_back(tool_execution_start_event{c->id, c->name, c->arguments});
+                if (m.stop == stop_reason::error && retried(entries, i)) {
+                    auto_retry_start_event start;
+                    start.error_message = m.error_message.value_or("");
+                    start.discarded = discarded_of(&m);
+                    out.emplace_back(std::move(start));
+                }
+            } else {
+                json::object text{{"type", "text"}, {"text", text_of(m)}};
+                json::object result;
+                result["content"] = json::array{std::move(text)};
+                out.emplace_back(tool_execution_end_event{m.tool_call_id, m.tool_name,
+                                                          std::move(result), m.is_error});
+            }
+            open = true;
+        } else if (e.type == "retry_end") {
+            auto_retry_end_event end;
+            if (const auto* v = e.raw.if_contains("success"); v && v->is_bool())
+                end.success = v->get_bool();
+            if (const auto* v = e.raw.if_contains("attempt"); v && v->is_int64())
+                end.attempt = static_cast<int>(v->get_int64());
+            if (const auto* v = e.raw.if_contains("finalError"); v && v->is_string())
+                end.final_error = std::string(v->get_string());
+            out.emplace_back(std::move(end));
+        } else if (e.type == "compaction") {
+            compaction_end_event done;
+            done.reason = "manual";
+            out.emplace_back(std::move(done));
+        }
+    }
+    settle();
+    return out;
 }
 
 }  // namespace coagent

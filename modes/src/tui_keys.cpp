@@ -182,6 +182,11 @@ void key_decoder::parse(std::vector<key>& out, bool at_end) {
             ++i;
             continue;
         }
+        if (c == '\t') {
+            emit(key::kind::tab, U"\t");
+            ++i;
+            continue;
+        }
         if (c == 0x03 || c == 0x04 || c == 0x1a) {
             emit(c == 0x03 ? key::kind::ctrl_c : c == 0x04 ? key::kind::ctrl_d : key::kind::ctrl_z);
             ++i;

@@ -1,6 +1,7 @@
 // The layout of the interactive terminal UI (see tui_layout.hpp).
 
 #include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_markdown.hpp>
 #include <coagent/modes/tui_text.hpp>
 
 #include <algorithm>
@@ -40,7 +41,8 @@ void transcript_printer::reset() noexcept {
 
 void transcript_printer::collect(const std::vector<transcript_item>& items, bool streaming,
                                  int width, std::vector<screen_row>& commit,
-                                 std::optional<screen_row>& stream_row) {
+                                 std::vector<screen_row>& stream_rows) {
+    stream_rows.clear();
     const int w = std::max(width, 4);
     while (committed_items_ < items.size()) {
         const std::size_t i = committed_items_;
@@ -54,6 +56,38 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
             item_started_ = true;
             item_offset_ = 0;
             item_rows_ = 0;
+            item_blocks_ = 0;
+        }
+        if (markdown_ && item.type == transcript_item::kind::assistant) {
+            // parsed from the first block not printed yet (item_offset_): the blocks before it
+            // are finished, so a long reply costs its tail, not its whole text, per redraw.
+            // (CR line ends give no offsets: then all of it, skipping the blocks printed.)
+            std::string_view text = item.text;
+            if (live) text.remove_suffix(incomplete_utf8_tail(text));  // the rest is coming
+            if (!live) text = strip_trailing_newlines(text);
+            const bool offsets = text.find('\r') == std::string_view::npos;
+            if (offsets) text = text.substr(std::min(item_offset_, text.size()));
+            std::vector<block_position> pos;
+            auto blocks = markdown_blocks(text, w, &pos, offsets && item_blocks_ > 0);
+            const std::size_t first = offsets ? 0 : item_blocks_;
+            // while it streams, the blocks up to the first open one are printed
+            std::size_t done = blocks.size();
+            if (live) {
+                done = 0;
+                while (done < pos.size() && pos[done].closed) ++done;
+            }
+            for (std::size_t k = first; k < done; ++k)
+                commit.insert(commit.end(), blocks[k].begin(), blocks[k].end());
+            item_blocks_ = offsets ? item_blocks_ + done : std::max(item_blocks_, done);
+            if (live) {
+                for (std::size_t k = std::max(first, done); k < blocks.size(); ++k)
+                    stream_rows.insert(stream_rows.end(), blocks[k].begin(), blocks[k].end());
+                if (offsets && done < pos.size()) item_offset_ += pos[done].start;
+                return;
+            }
+            ++committed_items_;
+            item_started_ = false;
+            continue;
         }
         const auto row_of = [&](std::string text) {
             screen_row r{std::move(text), st};
@@ -68,7 +102,7 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
                 commit.push_back(row_of(std::move(rows[k].text)));
             item_offset_ += rows.back().begin;
             const std::size_t keep = item_rows_;
-            stream_row = row_of(std::move(rows.back().text));
+            stream_rows = {row_of(std::move(rows.back().text))};
             item_rows_ = keep;  // the live row is not printed yet
             return;
         }
@@ -86,7 +120,7 @@ live_region compose_live(const live_input& in) {
     live_region out;
     auto& live = out.rows;
     const int w = std::max(in.width, 4);
-    if (in.stream_row) live.push_back(*in.stream_row);
+    live.insert(live.end(), in.stream_rows.begin(), in.stream_rows.end());
     const auto& q = in.queued;
     for (std::size_t k = 0; k < q.size() && k < 3; ++k)
         live.push_back(screen_row{truncate_to_width("Queued: " + q[k], w), row_style::notice});
@@ -99,43 +133,72 @@ live_region compose_live(const live_input& in) {
     for (int k = 0; k < w; ++k) rule += "\u2500";
     live.push_back(screen_row{std::move(rule), row_style::rule});
 
-    // the input: "> " then the text, hard-wrapped, continuation rows indented
+    // the input: "> " then the text, wrapped at word boundaries, continuation rows indented
     const std::u32string& text = in.text;
     const std::size_t cursor = std::min(in.cursor, text.size());
     const int avail = std::max(w - 2, 1);
-    std::vector<std::string> rows(1);
-    int cur_w = 0;
-    int crow = 0, ccol = 0;
-    for (std::size_t idx = 0; idx <= text.size(); ++idx) {
-        if (idx == cursor) {
-            if (cur_w >= avail) {
-                rows.emplace_back();
-                cur_w = 0;
+    const auto width_of = [](char32_t c) { return c == U'\t' ? 4 : char_width(c); };
+    struct span {
+        std::size_t begin, end;
+        bool line_end;  // the last row of a line of the input
+    };
+    std::vector<span> spans;
+    for (std::size_t line = 0;;) {
+        const std::size_t nl = std::min(text.find(U'\n', line), text.size());
+        std::size_t row = line;
+        int used = 0;
+        std::size_t space = std::u32string::npos;  // the last space of this row
+        for (std::size_t idx = line; idx < nl; ++idx) {
+            const int cw = width_of(text[idx]);
+            if (used + cw > avail && used > 0) {
+                // break after the row's last space (a word wider than a row is split)
+                const std::size_t at = space != std::u32string::npos ? space + 1 : idx;
+                spans.push_back({row, at, false});
+                row = at;
+                used = 0;
+                space = std::u32string::npos;
+                for (std::size_t k = row; k < idx; ++k) {
+                    used += width_of(text[k]);
+                    if (text[k] == U' ') space = k;
+                }
             }
+            used += cw;
+            if (text[idx] == U' ') space = idx;
+        }
+        spans.push_back({row, nl, true});
+        if (nl == text.size()) break;
+        line = nl + 1;
+    }
+    std::vector<std::string> rows;
+    int crow = 0, ccol = 0;
+    for (std::size_t r = 0; r < spans.size(); ++r) {
+        const auto& sp = spans[r];
+        std::string row;
+        int used = 0;
+        for (std::size_t idx = sp.begin; idx < sp.end; ++idx) {
+            if (idx == cursor) {
+                crow = static_cast<int>(rows.size());
+                ccol = used;
+            }
+            if (text[idx] == U'\t')
+                row.append("    ");
+            else
+                append_utf8(row, displayable(text[idx]));
+            used += width_of(text[idx]);
+        }
+        rows.push_back(std::move(row));
+        if (cursor == sp.end && sp.line_end) {  // after the last character of a line
             crow = static_cast<int>(rows.size()) - 1;
-            ccol = cur_w;
+            ccol = used;
+            if (used >= avail) {  // a full row: the cursor waits on the next one
+                rows.emplace_back();
+                ++crow;
+                ccol = 0;
+            }
         }
-        if (idx == text.size()) break;
-        const char32_t c = text[idx];
-        if (c == U'\n') {
-            rows.emplace_back();
-            cur_w = 0;
-            continue;
-        }
-        const bool tab = c == U'\t';
-        const int cw = tab ? 4 : char_width(c);
-        if (cur_w + cw > avail && cur_w > 0) {
-            rows.emplace_back();
-            cur_w = 0;
-        }
-        if (tab)
-            rows.back().append("    ");
-        else
-            append_utf8(rows.back(), displayable(c));
-        cur_w += cw;
     }
     // keep the region on the screen: show the input rows around the cursor
-    const int fixed = static_cast<int>(live.size()) + 1;
+    const int fixed = static_cast<int>(live.size()) + 1 + (in.footer.empty() ? 0 : 1);
     const int max_rows = std::max(1, in.height - fixed);
     int first = 0;
     if (static_cast<int>(rows.size()) > max_rows)
@@ -147,6 +210,8 @@ live_region compose_live(const live_input& in) {
         live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
                                   row_style::input});
     live.push_back(screen_row{truncate_to_width(in.status, w), row_style::status});
+    if (!in.footer.empty())
+        live.push_back(screen_row{truncate_to_width(in.footer, w), row_style::status});
     // a terminal smaller than the fixed rows: drop from the top, keep the cursor
     while (static_cast<int>(live.size()) > std::max(in.height, 1) && out.cursor_row > 0) {
         live.erase(live.begin());

@@ -41,13 +41,54 @@ void screen::put_row(std::string& out, const screen_row& r) const {
             style = &caps_.yellow;
             break;
     }
-    if (style && !style->empty() && !r.text.empty()) {
-        out += *style;
+    const bool styled = style && !style->empty() && !r.text.empty();
+    if (r.spans.empty()) {
+        if (styled) out += *style;
         out += r.text;
-        out += caps_.reset;
-    } else {
-        out += r.text;
+        if (styled) out += caps_.reset;
+        return;
     }
+    // Markdown: each span over the row's style, which comes back after it
+    std::size_t at = 0;
+    if (styled) out += *style;
+    for (const auto& sp : r.spans) {
+        const std::size_t b = std::min(sp.begin, r.text.size()),
+                          e = std::min(sp.end, r.text.size());
+        if (b < at || e < b) continue;
+        out.append(r.text, at, b - at);
+        std::string on;
+        switch (sp.style) {
+            case span_style::plain:
+                break;
+            case span_style::bold:
+                on = caps_.bold;
+                break;
+            case span_style::italic:
+                on = caps_.italic;
+                break;
+            case span_style::bold_italic:
+                on = caps_.bold + caps_.italic;
+                break;
+            case span_style::code:
+                on = caps_.cyan;
+                break;
+            case span_style::link:
+                on = caps_.underline + caps_.cyan;
+                break;
+            case span_style::dim:
+                on = caps_.dim;
+                break;
+        }
+        out += on;
+        out.append(r.text, b, e - b);
+        if (!on.empty()) {
+            out += caps_.reset;
+            if (styled) out += *style;
+        }
+        at = e;
+    }
+    out.append(r.text, at, std::string::npos);
+    if (styled) out += caps_.reset;
 }
 
 void screen::move_to_row(std::string& out, int row) {

@@ -201,4 +201,31 @@ std::vector<wrapped_row> wrap(std::string_view text, int width, bool hold_incomp
     return rows;
 }
 
+std::string char_count_text(std::int64_t n) {
+    if (n < 0) n = 0;
+    const auto scaled = [](std::int64_t v, std::int64_t unit, const char* suffix) {
+        // tenths below 10 units, whole units above, rounded to the nearest
+        const std::int64_t tenths = (v * 10 + unit / 2) / unit;
+        if (tenths < 100)
+            return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + suffix;
+        return std::to_string((v + unit / 2) / unit) + suffix;
+    };
+    if (n == 1) return "1 char";
+    if (n < 1000) return std::to_string(n) + " chars";
+    if (n < 999'500) return scaled(n, 1000, "k chars");
+    return scaled(n, 1'000'000, "M chars");
+}
+
+std::optional<std::string> discarded_marker(std::int64_t text_chars, std::int64_t tool_calls) {
+    if (text_chars <= 0 && tool_calls <= 0) return std::nullopt;
+    std::string what;
+    if (text_chars > 0) what = char_count_text(text_chars);
+    if (tool_calls > 0) {
+        if (!what.empty()) what += " and ";
+        what += std::to_string(tool_calls) + (tool_calls == 1 ? " tool call" : " tool calls");
+    }
+    return "\u21bb connection lost after " + what +
+           " \u2014 retrying; the partial reply above is discarded";
+}
+
 }  // namespace coagent::tui

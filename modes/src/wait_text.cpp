@@ -55,4 +55,11 @@ std::int64_t next_wait_change(std::int64_t ms_left) {
     return std::max((ceil_div(ms_left, unit) - 1) * unit, lower);
 }
 
+std::string format_elapsed(std::int64_t ms) {
+    const std::int64_t s = ms <= 0 ? 0 : ms / 1000;
+    if (s < 60) return std::to_string(s) + "s";
+    if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
+    return std::to_string(s / 3600) + "h " + std::to_string(s / 60 % 60) + "m";
+}
+
 }  // namespace coagent

@@ -85,8 +85,8 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     const retry_wait w = compute_retry_wait(s, attempt_, c.retry_after_ms, jitter ? draw() : 0.0);
     d.usage_limit = c.kind == error_kind::usage_limit;
     d.retry_hint_ms = c.retry_after_ms;
-    d.start =
-        auto_retry_start_event{attempt_, s.max_retries, w.delay_ms, error_text(last), c.limit};
+    d.start = auto_retry_start_event{attempt_,         s.max_retries, w.delay_ms,
+                                     error_text(last), c.limit,       discarded_of(last)};
     if (w.over_max) {
         d.end = auto_retry_end_event{false, attempt_ - 1,
                                      error_text(last) + " (server asked to wait " +

@@ -16,6 +16,21 @@ overloaded(Fs...) -> overloaded<Fs...>;
 
 }  // namespace
 
+discarded_output discarded_of(const message* failed) noexcept {
+    discarded_output d;
+    if (!failed) return d;
+    for (const auto& b : failed->content) {
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            // code points: every byte that does not continue a UTF-8 sequence starts one
+            for (const char c : t->text)
+                if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++d.text_chars;
+        } else if (std::holds_alternative<tool_call_block>(b)) {
+            ++d.tool_calls;
+        }
+    }
+    return d;
+}
+
 std::string_view event_type(const event& e) noexcept {
     return std::visit(
         overloaded{
@@ -121,6 +136,13 @@ void append_json(std::string& out, const event& e) {
                        field_int(out, "delayMs", x.delay_ms);
                        field(out, "errorMessage", x.error_message);
                        field(out, "limit", to_string(x.limit));
+                       out += R"(,"discarded":{"textChars":)";
+                       out += std::to_string(x.discarded.text_chars);
+                       out += R"(,"thinkingChars":)";
+                       out += std::to_string(x.discarded.thinking_chars);
+                       out += R"(,"toolCalls":)";
+                       out += std::to_string(x.discarded.tool_calls);
+                       out.push_back('}');
                    },
                    [&](const auto_retry_end_event& x) {
                        field_bool(out, "success", x.success);

@@ -5,11 +5,15 @@
 
 #include "session_parts.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <spdlog/logger.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace coagent {
@@ -91,6 +95,7 @@ agent_session::agent_session(session_options o)
         for (const auto& w : loaded.warnings) logger_->warn("{}", w);
         history_ = std::move(loaded.history);
         messages_ = history_.context();
+        check_tool_calls_ = true;
         for (const auto& e : history_.entries())
             if (e.type == "session_info")
                 if (const auto* n = e.raw.if_contains("name"); n && n->is_string())
@@ -226,9 +231,9 @@ void agent_session::restore_fallback_primary() {
     switch_provider(std::move(p), false);
 }
 
-void agent_session::register_tool(tool_definition def, tool_function fn) {
+void agent_session::register_tool(tool_definition def, tool_function fn, tool_options o) {
     auto& r = rare();
-    r.tools.add(std::move(def), std::move(fn));
+    r.tools.add(std::move(def), std::move(fn), o);
 }
 
 // ---- context ----------------------------------------------------------------------------
@@ -481,8 +486,20 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
 // the run policy's events, in the order it decides them (agent_session is its event_sink: no
 // sink object in any coroutine frame)
 void agent_session::operator()(event e) {
+    if (const auto* end = std::get_if<auto_retry_end_event>(&e)) record_retry_end(*end);
     if (const auto* r = std::get_if<auto_retry_start_event>(&e)) tel_retry(*r);
     emit(std::move(e));
+}
+
+void agent_session::record_retry_end(const auto_retry_end_event& end) {
+    // how the chain ended, before its event is published (docs/sessions.md "retry_end"), so a
+    // resumed transcript draws it as it was live
+    json::object fields;
+    fields["success"] = end.success;
+    fields["attempt"] = end.attempt;
+    if (end.final_error) fields["finalError"] = *end.final_error;
+    if (auto ec = history_.append_entry("retry_end", std::move(fields)))
+        logger_->error("session file: cannot write the retry_end entry: {}", ec.message());
 }
 
 asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
@@ -494,7 +511,10 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                     a = co_await stream_summary(static_cast<summary_state&>(st));
                 } else {
                     run_outcome out;
-                    co_await run_agent(std::move(st.pending), out);
+                    message_ptr from =
+                        messages_.size() == st.continue_at ? st.continue_from : message_ptr{};
+                    st.continue_from = nullptr;
+                    co_await run_agent(std::move(st.pending), out, std::move(from));
                     st.pending = nullptr;
                     a = end_run(out);
                 }
@@ -510,7 +530,15 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 tel_decided(a);
                 break;
             case run_action::kind::wait: {
-                if (a.drop_failed_reply) drop_trailing_failed_assistant();
+                if (a.drop_failed_reply) {
+                    // retry.resumePartial: the next run may continue the failed reply
+                    if (!st.summary && !messages_.empty() &&
+                        partial_to_continue(*messages_.back(), provider_->model().api,
+                                            config_.retry, prefill_rejected(provider_->model())))
+                        st.continue_from = messages_.back();
+                    drop_trailing_failed_assistant();
+                    st.continue_at = messages_.size();
+                }
                 const std::int64_t wait_from = tel_now();
                 if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
                 // awaited directly as a deferred operation: no wrapper frame, not even
@@ -547,6 +575,12 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
     }
 }
 
+bool agent_session::prefill_rejected(const model_info& m) const {
+    if (!rare_) return false;
+    const auto& r = rare_->prefill_rejected;
+    return std::find(r.begin(), r.end(), model_selector(m)) != r.end();
+}
+
 run_action agent_session::end_run(run_outcome& out) {
     run_end in;
     in.added = std::move(out.added);
@@ -554,6 +588,12 @@ run_action agent_session::end_run(run_outcome& out) {
     if (in.last) {
         const model_info m = provider_->model();
         in.cls = classify(*in.last, m, now_ms());
+        if (out.continued && is_prefill_rejection(*in.last)) {
+            // the provider refused the prefill: remembered for the model, and this attempt is
+            // retried as a full restart
+            if (!prefill_rejected(m)) rare().prefill_rejected.push_back(model_selector(m));
+            in.cls = prefill_rejection_classification();
+        }
         in.over_threshold = over_threshold(*in.last, m, config_.compaction);
         tel_classified(*in.last, in.cls);
     }
@@ -705,11 +745,13 @@ asio::awaitable<run_action> agent_session::stream_summary(summary_state& st) {
     co_return policy_.on_run_end(std::move(in), config_, sink());
 }
 
-asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out) {
+asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& out,
+                                               message_ptr continue_from) {
     restore_fallback_primary();  // before every run: a new prompt, a retry's continue, a follow-up
     emit(agent_start_event{});
     for (;;) {
         emit(turn_start_event{});
+        if (check_tool_calls_) co_await repair_tool_calls(out);
         if (user) {
             append(user);
             emit(message_start_event{user});
@@ -735,7 +777,24 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             reply->model = m.id;
         }
         reply->timestamp = wall_clock_ms();
-        const provider_request req = build_request();
+        provider_request req = build_request();
+        // retry.resumePartial (the first request of the run only): the request ends with the
+        // partial text as the assistant's turn, and the reply starts from it (message_start
+        // carries it)
+        std::optional<std::string> prefill_text;
+        if (continue_from)
+            prefill_text = partial_to_continue(*continue_from, reply->api, config_.retry,
+                                               prefill_rejected(provider_->model()));
+        if (prefill_text) {
+            auto prefill = std::make_shared<message>();
+            prefill->role = message_role::assistant;
+            prefill->content.emplace_back(text_block{*prefill_text});
+            req.messages.push_back(std::move(prefill));
+            reply->content.emplace_back(text_block{std::move(*prefill_text)});
+            out.continued = true;
+        } else {
+            continue_from = nullptr;
+        }
         observer obs(*this, reply);
         bool attempted = false;
         streaming_ = true;
@@ -753,7 +812,11 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
             reply->stop = stop_reason::aborted;
             if (!reply->error_message) reply->error_message = "Request was aborted";
         }
-        if (attempted) tel_attempt_end(*reply);
+        if (attempted) tel_attempt_end(*reply);  // the attempt's own usage
+        if (continue_from) {
+            join_continuation(*reply, *continue_from);
+            continue_from = nullptr;  // the first request only
+        }
         if (!obs.started()) emit(message_start_event{reply});
         append(reply);
         emit(message_end_event{reply});
@@ -777,29 +840,64 @@ asio::awaitable<void> agent_session::run_agent(message_ptr user, run_outcome& ou
 }
 
 asio::awaitable<void> agent_session::execute_tools(const message& assistant, run_outcome& out) {
-    for (const tool_call_block* call : tool_calls_of(assistant)) {
-        emit(tool_execution_start_event{call->id, call->name, call->arguments});
-        tool_output result;
-        if (abort_.requested()) {
-            result = {"Tool execution was aborted", true};
-        } else {
-            result = co_await rare().tools.call(call->name, call->arguments, *logger_);
+    for (const tool_call_block* call : tool_calls_of(assistant)) co_await execute_tool(*call, out);
+}
+
+asio::awaitable<void> agent_session::execute_tool(const tool_call_block& call, run_outcome& out) {
+    emit(tool_execution_start_event{call.id, call.name, call.arguments});
+    tool_output result;
+    if (abort_.requested()) {
+        result = {"Tool execution was aborted", true};
+    } else {
+        // its own coroutine, so that abort() reaches the tool's waits (terminal cancellation)
+        auto run = rare().tools.call(call.name, call.arguments, *logger_);
+        auto token =
+            asio::bind_cancellation_slot(abort_.slot(), asio::as_tuple(asio::use_awaitable));
+        auto [failure, outcome] =
+            co_await asio::co_spawn(executor_, std::move(run), std::move(token));
+        abort_.slot().clear();
+        if (failure)
+            std::rethrow_exception(failure);  // a bug: tool_runner catches what tools throw
+        // interrupted: the exception that ended it (its cancelled wait) is not its result; a tool
+        // that finished anyway keeps what it returned
+        result = abort_.requested() && outcome.threw
+                     ? tool_output{interrupted_tool_text(call.name), true}
+                     : std::move(outcome.output);
+    }
+    json::object res;
+    json::array content;
+    json::object text;
+    text["type"] = "text";
+    text["text"] = result.text;
+    content.push_back(std::move(text));
+    res["content"] = std::move(content);
+    emit(
+        tool_execution_end_event{call.id, call.name, json::value(std::move(res)), result.is_error});
+    add_tool_result(call, std::move(result), out);
+}
+
+void agent_session::add_tool_result(const tool_call_block& call, tool_output result,
+                                    run_outcome& out) {
+    auto tr = std::make_shared<message>(
+        make_tool_result(call.id, call.name, std::move(result.text), result.is_error));
+    append(tr);
+    emit(message_start_event{tr});
+    emit(message_end_event{tr});
+    out.added.push_back(std::move(tr));
+}
+
+asio::awaitable<void> agent_session::repair_tool_calls(run_outcome& out) {
+    check_tool_calls_ = false;
+    const auto repairs = plan_tool_call_repair(messages_, rare_ ? &rare_->tools : nullptr);
+    if (repairs.empty()) co_return;
+    // the calls point into an assistant message of messages_, which is only appended to here
+    for (const tool_call_repair& r : repairs) {
+        if (r.run_again) {  // registered idempotent: it runs once more
+            co_await execute_tool(*r.call, out);
+        } else {  // not run again: only its result, as a message
+            tool_output interrupted{interrupted_tool_text(r.call->name), true};
+            add_tool_result(*r.call, std::move(interrupted), out);
         }
-        json::object res;
-        json::array content;
-        json::object text;
-        text["type"] = "text";
-        text["text"] = result.text;
-        content.push_back(std::move(text));
-        res["content"] = std::move(content);
-        emit(tool_execution_end_event{call->id, call->name, json::value(std::move(res)),
-                                      result.is_error});
-        auto tr = std::make_shared<message>(
-            make_tool_result(call->id, call->name, std::move(result.text), result.is_error));
-        append(tr);
-        emit(message_start_event{tr});
-        emit(message_end_event{tr});
-        out.added.push_back(std::move(tr));
     }
 }
 

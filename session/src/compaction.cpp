@@ -222,6 +222,10 @@ asio::awaitable<compact_result> agent_session::compact(std::string custom_instru
     busy_ = true;
     abort_.reset();
     policy_.begin_compaction();
+    if (check_tool_calls_) {  // resumed: the summary request gets no dangling tool call either
+        run_outcome repaired;
+        co_await repair_tool_calls(repaired);
+    }
     r.ok =
         co_await compact_context(compaction_reason::manual, std::move(custom_instructions), false);
     if (rare_ && rare_->tel)

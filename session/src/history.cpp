@@ -549,7 +549,7 @@ session_history::loaded session_history::load(const fs::path& file,
             }
         } else if (e.type != "compaction" && e.type != "model_change" &&
                    e.type != "thinking_level_change" && e.type != "session_info" &&
-                   e.type != "custom" && e.type != "label") {
+                   e.type != "retry_end" && e.type != "custom" && e.type != "label") {
             out.warnings.push_back(where + ": unknown entry type \"" + e.type + "\" kept");
         }
         e.raw = std::move(*o);

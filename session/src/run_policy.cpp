@@ -14,6 +14,55 @@ std::string_view to_string(compaction_reason r) noexcept {
     return "manual";
 }
 
+std::optional<std::string> partial_to_continue(const message& failed, std::string_view api,
+                                               const retry_settings& s, bool prefill_rejected) {
+    if (!s.resume_partial || prefill_rejected || api != "anthropic-messages") return std::nullopt;
+    if (failed.role != message_role::assistant || failed.stop != stop_reason::error)
+        return std::nullopt;
+    std::string text;
+    for (const auto& b : failed.content) {
+        const auto* t = std::get_if<text_block>(&b);
+        if (!t) return std::nullopt;  // a tool call had started: restart
+        text += t->text;
+    }
+    const auto end = text.find_last_not_of(" \t\r\n");
+    if (end == std::string::npos) return std::nullopt;  // nothing (or only blanks) to continue
+    text.resize(end + 1);
+    return text;
+}
+
+bool is_prefill_rejection(const message& continued) noexcept {
+    return continued.stop == stop_reason::error && continued.error_status == 400;
+}
+
+classification prefill_rejection_classification() {
+    classification c;
+    c.kind = error_kind::retryable;
+    c.rule = "prefill/rejected";
+    return c;
+}
+
+void join_continuation(message& reply, const message& failed) {
+    auto& c = reply.content;
+    if (c.size() >= 2 && std::holds_alternative<text_block>(c[0]) &&
+        std::holds_alternative<text_block>(c[1])) {
+        std::get<text_block>(c[0]).text += std::get<text_block>(c[1]).text;
+        c.erase(c.begin() + 1);
+    }
+    token_usage& u = reply.usage;
+    const token_usage& f = failed.usage;
+    u.input += f.input;
+    u.output += f.output;
+    u.cache_read += f.cache_read;
+    u.cache_write += f.cache_write;
+    u.total_tokens += f.total_tokens;
+    u.cost.input += f.cost.input;
+    u.cost.output += f.cost.output;
+    u.cost.cache_read += f.cost.cache_read;
+    u.cost.cache_write += f.cost.cache_write;
+    u.cost.total += f.cost.total;
+}
+
 namespace {
 run_action make(run_action::kind k) noexcept {
     run_action a;

@@ -11,6 +11,10 @@ struct agent_session::run_state {
     message_ptr pending;                        // prompt: the user message of the next run
     std::uint64_t id = 0;                       // prompt: the prompt call that runs
     std::unique_ptr<prompt_result> own_result;  // abort() ended this prompt, then more ran
+    // retry.resumePartial: the failed reply the next run continues (a prefill), and the context
+    // size it applies to (a message that joined the backoff meanwhile makes it a restart)
+    message_ptr continue_from;
+    std::size_t continue_at = 0;
 };
 
 // a compaction's summary request (summary == true): what it sends and its latest reply
@@ -23,6 +27,7 @@ struct agent_session::summary_state : agent_session::run_state {
 struct agent_session::run_outcome {
     std::vector<message_ptr> added;
     message_ptr last;
+    bool continued = false;  // its first request continued a failed reply (retry.resumePartial)
 };
 
 struct agent_session::telemetry_state {
@@ -50,7 +55,8 @@ struct agent_session::rare_members {
     extension_runner extensions;
     tool_runner tools;
     std::optional<std::string> name;
-    std::unique_ptr<telemetry_state> tel;  // with session_options::telemetry only
+    std::vector<std::string> prefill_rejected;  // models ("provider/id") that refused a prefill
+    std::unique_ptr<telemetry_state> tel;       // with session_options::telemetry only
 };
 
 }  // namespace coagent

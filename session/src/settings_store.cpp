@@ -120,7 +120,7 @@ json::value load_chains(const settings& s) {
     return o;
 }
 
-// a free string (a file path)
+// a free string (a file path, a provider or model name)
 template <auto Group, auto Field>
 constexpr schema_entry text(std::string_view key) {
     schema_entry e{key, value_type::text, 0, 0, 0, nullptr, nullptr};
@@ -152,6 +152,7 @@ constexpr schema_entry schema[] = {
     boolean<&settings::retry, &retry_settings::honor_should_retry>("retry.honorShouldRetry", false),
     chains("retry.fallbackChains"),
     choice<&settings::retry, &retry_settings::fallback_revert>("retry.fallbackRevertPolicy", 0, revert_names),
+    boolean<&settings::retry, &retry_settings::resume_partial>("retry.resumePartial", false),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),
@@ -163,6 +164,9 @@ constexpr schema_entry schema[] = {
         "provider.streamIdleTimeoutMs", 120000, 1),
     integer<&settings::provider, &provider_settings::attempt_timeout_ms>("provider.attemptTimeoutMs", 600000, 0),
     text<&settings::telemetry, &telemetry_settings::trace_file>("telemetry.traceFile"),
+    text<&settings::selection, &model_selection_settings::default_provider>("defaultProvider"),
+    text<&settings::selection, &model_selection_settings::default_model>("defaultModel"),
+    boolean<&settings::tui, &tui_settings::markdown>("tui.markdown", true),
 };
 // clang-format on
 
@@ -600,6 +604,12 @@ void settings_store::recompute() {
 std::optional<json::value> settings_store::get(std::string_view dotted_key) const {
     if (const auto* v = find_path(merged_, dotted_key)) return *v;
     return std::nullopt;
+}
+
+std::string settings_store::origin(std::string_view dotted_key) const {
+    for (const layer* l : {&runtime_, &project_, &global_})
+        if (find_path(l->data, dotted_key)) return l->label;
+    return "default";
 }
 
 void settings_store::set_override(std::string_view dotted_key, const json::value& v) {

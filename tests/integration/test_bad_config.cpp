@@ -255,7 +255,7 @@ std::string coagent_args(file_kind k) {
     // settings.json is read by every mode; models.json and auth.json only for an HTTP provider
     switch (k) {
         case file_kind::settings:
-            return "-p hi --no-session";
+            return "-p hi --no-session --provider faux";
         case file_kind::models:
             return "-p hi --no-session --provider local";
         case file_kind::auth:
@@ -393,8 +393,8 @@ TEST_CASE("unknown keys: settings.json warns once per key and keeps them, auth.j
         CHECK(v.at("theme").at("name") == "dark");
 
         // and through coagent: one warning line per unknown key, then the prompt runs
-        const auto r =
-            run_coagent(dir.path, "-p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
+        const auto r = run_coagent(
+            dir.path, "--provider faux -p hi --no-session --faux-script '[{\"text\":\"ok\"}]'");
         CHECK(r.exit_code == 0);
         CHECK(r.out == "ok\n");
         CHECK(r.err ==
@@ -609,10 +609,11 @@ TEST_CASE(
     const fs::path project = dir.path / "project" / ".coagent" / "settings.json";
     fs::create_directories(project.parent_path());
     fs::create_symlink("/dev/stdin", project);
-    const std::string cmd =
-        "cd '" + (dir.path / "project").string() + "' && echo '{}' | COAGENT_DIR='" +
-        (dir.path / "home").string() + "' '" COAGENT_BIN "' --mode rpc --no-session >'" +
-        (dir.path / "out").string() + "' 2>'" + (dir.path / "err").string() + "'";
+    const std::string cmd = "cd '" + (dir.path / "project").string() +
+                            "' && echo '{}' | COAGENT_DIR='" + (dir.path / "home").string() +
+                            "' '" COAGENT_BIN "' --provider faux --mode rpc --no-session >'" +
+                            (dir.path / "out").string() + "' 2>'" + (dir.path / "err").string() +
+                            "'";
     const int status = std::system(cmd.c_str());
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 2);

@@ -21,7 +21,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <random>
 
 using namespace coagent;
 using namespace coagent::test;
@@ -1408,7 +1412,7 @@ TEST_CASE(
         REQUIRE(starts.size() == 2);
         CHECK(
             starts[0] ==
-            obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+            obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":10,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
         CHECK(starts[1].at("delayMs") == 20);
         auto reqs = t.lb.server->requests();
         REQUIRE(reqs.size() == 3);
@@ -1650,7 +1654,7 @@ TEST_CASE(
         retry_events ==
         std::vector<std::string>{
             R"({"type":"retry_fallback_applied","from":"primary/m1","to":"backup/m2","role":"default"})",
-            R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached","limit":"quota"})",
+            R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":0,"errorMessage":"429 The usage limit has been reached","limit":"quota","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})",
             R"({"type":"retry_fallback_succeeded","model":"backup/m2","role":"default"})",
             R"({"type":"auto_retry_end","success":true,"attempt":1})"});
     const auto reqs = lb.server->requests();
@@ -1663,4 +1667,219 @@ TEST_CASE(
     CHECK(reqs[1].model == "m2");
     CHECK(reqs[1].roles == std::vector<std::string>{"user"});  // the primary's error is not sent
     CHECK(session.model().provider == "backup");
+}
+
+// ---- issue 21: retry.resumePartial over loopback (Anthropic Messages prefill)
+// --------------------
+
+namespace {
+
+// the last message of a recorded Anthropic request body: role and its text
+std::pair<std::string, std::string> last_message(const std::string& body) {
+    const auto msgs = json::parse(body).at("messages").as_array();
+    const auto& m = msgs.back().as_object();
+    std::string text;
+    for (const auto& b : m.at("content").as_array())
+        if (const auto* t = b.as_object().if_contains("text")) text += t->as_string();
+    return {std::string(m.at("role").as_string()), text};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "retry.resumePartial: cuts at several points, restart regenerates, continue prefills "
+    "the partial text and the final message holds it once (issue 21)",
+    "[http][loopback][session][issue-21]") {
+    const std::string full = "one two three four five six seven eight";
+    const auto chunks = scripted::split_words(full);
+    for (const int cut : {1, 3, 6}) {
+        for (const bool resume : {false, true}) {
+            std::string partial;
+            for (int i = 0; i < cut; ++i) partial += chunks[static_cast<std::size_t>(i)];
+            const std::string continuation = full.substr(partial.size());
+            INFO("cut after " << cut << " chunks, resumePartial " << resume);
+            json::array script;
+            script.push_back(json::object{{"text", full}, {"cutAfterChunks", cut}});
+            script.push_back(json::object{{"text", resume ? continuation : full}});
+            settings s = fast_settings();
+            s.retry.resume_partial = resume;
+            session_loopback t(json::serialize(script), api_kind::anthropic_messages, s);
+            t.prompt("tell me");
+            REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+            CHECK(text_of(*t.result->last_assistant) == full);  // the text once, not twice
+            CHECK(t.result->last_assistant->content.size() == 1);
+            CHECK(t.of("auto_retry_start").at(0).at("discarded") ==
+                  obj(R"({"textChars":)" + std::to_string(partial.size()) +
+                      R"(,"thinkingChars":0,"toolCalls":0})"));
+            const auto reqs = t.lb.server->requests();
+            REQUIRE(reqs.size() == 2);
+            CHECK(last_message(reqs[0].body) ==
+                  std::pair<std::string, std::string>{"user", "tell me"});
+            // the second request ends with the partial text (continue) or the prompt (restart)
+            CHECK(last_message(reqs[1].body) ==
+                  (resume ? std::pair<std::string, std::string>{"assistant", partial}
+                          : std::pair<std::string, std::string>{"user", "tell me"}));
+            // the continued message starts with the partial text, its updates carry the rest
+            const auto starts = t.of("message_start");
+            const auto& second = starts.back().at("message").as_object();
+            CHECK(second.at("role") == "assistant");
+            std::string started;
+            for (const auto& b : second.at("content").as_array())
+                started += b.at("text").as_string();
+            CHECK(started == (resume ? partial : ""));
+            std::string deltas;
+            bool after_retry = false;
+            for (const auto& e : t.events) {
+                if (e.at("type") == "auto_retry_start") after_retry = true;
+                if (after_retry && e.at("type") == "message_update")
+                    deltas += e.at("assistantMessageEvent").at("delta").as_string();
+            }
+            CHECK(deltas == (resume ? continuation : full));
+            // usage: the cut attempt's and the continuation's, summed
+            const auto ends = t.of("message_end");
+            const auto& failed_usage = ends.at(1).at("message").at("usage").as_object();
+            const auto& final_usage = ends.back().at("message").at("usage").as_object();
+            if (resume)
+                CHECK(final_usage.at("output").as_int64() ==
+                      failed_usage.at("output").as_int64() +
+                          static_cast<std::int64_t>(continuation.size() / 4 + 1));
+        }
+    }
+}
+
+TEST_CASE(
+    "retry.resumePartial: a rejected prefill is retried as a full restart and remembered "
+    "for the model, no effect on OpenAI (issue 21)",
+    "[http][loopback][session][issue-21]") {
+    settings s = fast_settings();
+    s.retry.resume_partial = true;
+    SECTION("anthropic: rejected, then never tried again for the model") {
+        session_loopback t(
+            R"([{"text":"one two three four","cutAfterChunks":2},)"
+            R"({"status":400,"body":{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill."}}},)"
+            R"({"text":"one two three four"},)"
+            R"({"text":"five six seven","cutAfterChunks":1},{"text":"five six seven"}])",
+            api_kind::anthropic_messages, s);
+        t.prompt("first");
+        REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(text_of(*t.result->last_assistant) == "one two three four");
+        t.result.reset();
+        t.prompt("second");
+        REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(text_of(*t.result->last_assistant) == "five six seven");
+        const auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 5);
+        CHECK(last_message(reqs[1].body).first == "assistant");  // the prefill, refused
+        CHECK(last_message(reqs[2].body) == std::pair<std::string, std::string>{"user", "first"});
+        CHECK(last_message(reqs[4].body) == std::pair<std::string, std::string>{"user", "second"});
+        const auto starts = t.of("auto_retry_start");
+        REQUIRE(starts.size() == 3);
+        CHECK(starts[1].at("attempt") == 2);  // the rejection is retried: a full restart
+        CHECK(std::string(starts[1].at("errorMessage").as_string()).find("prefill") !=
+              std::string::npos);
+    }
+    SECTION("openai: the setting has no effect") {
+        session_loopback t(
+            R"([{"text":"one two three four","cutAfterChunks":2},{"text":"one two three four"}])",
+            api_kind::openai_completions, s);
+        t.prompt("first");
+        REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(text_of(*t.result->last_assistant) == "one two three four");
+        const auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 2);
+        CHECK(reqs[1].roles == reqs[0].roles);  // no assistant turn added
+    }
+}
+
+TEST_CASE(
+    "retry.resumePartial over 20 random cuts: the text is never regenerated, once in the "
+    "reply (issue 21, COAGENT_RESUME_TABLE=1 prints the table)",
+    "[http][loopback][session][issue-21]") {
+    std::mt19937 rng(21);
+    const std::vector<std::string> vocabulary = {"the",   "retry",  "policy", "continues", "a",
+                                                 "reply", "cut",    "mid",    "stream",    "of",
+                                                 "text",  "tokens", "never",  "twice"};
+    std::string full;
+    for (int i = 0; i < 300; ++i) {
+        if (i) full += ' ';
+        full += vocabulary[rng() % vocabulary.size()];
+    }
+    const auto chunks = scripted::split_words(full);
+    std::vector<int> cuts;
+    for (int i = 0; i < 20; ++i) cuts.push_back(1 + static_cast<int>(rng() % (chunks.size() - 1)));
+    std::sort(cuts.begin(), cuts.end());
+    struct row {
+        int cut;
+        std::size_t partial, restart_chars, continue_chars;
+        std::int64_t restart_out, continue_out, restart_in, continue_in;
+    };
+    std::vector<row> rows;
+    for (const int cut : cuts) {
+        std::string partial;
+        for (int i = 0; i < cut; ++i) partial += chunks[static_cast<std::size_t>(i)];
+        const std::string continuation = full.substr(partial.size());
+        row r{cut, partial.size(), 0, 0, 0, 0, 0, 0};
+        for (const bool resume : {false, true}) {
+            INFO("cut after " << cut << " chunks, resumePartial " << resume);
+            json::array script;
+            script.push_back(json::object{{"text", full}, {"cutAfterChunks", cut}});
+            script.push_back(json::object{{"text", resume ? continuation : full}});
+            settings s = fast_settings(1);
+            s.retry.resume_partial = resume;
+            session_loopback t(json::serialize(script), api_kind::anthropic_messages, s);
+            t.prompt("write it");
+            REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+            REQUIRE(text_of(*t.result->last_assistant) == full);
+            std::size_t retried_chars = 0;
+            bool after = false;
+            for (const auto& e : t.events) {
+                if (e.at("type") == "auto_retry_start") after = true;
+                if (after && e.at("type") == "message_update")
+                    retried_chars += e.at("assistantMessageEvent").at("delta").as_string().size();
+            }
+            const auto ends = t.of("message_end");
+            const std::int64_t failed_out =
+                ends.at(1).at("message").at("usage").at("output").as_int64();
+            const std::int64_t final_out =
+                ends.back().at("message").at("usage").at("output").as_int64();
+            const auto reqs = t.lb.server->requests();
+            REQUIRE(reqs.size() == 2);
+            const auto in = static_cast<std::int64_t>(reqs[1].body.size() / 4 + 1);
+            if (resume) {
+                r.continue_chars = retried_chars;
+                r.continue_out = final_out - failed_out;  // the retried attempt's own output
+                r.continue_in = in;
+            } else {
+                r.restart_chars = retried_chars;
+                r.restart_out = final_out;
+                r.restart_in = in;
+            }
+        }
+        CHECK(r.restart_chars == full.size());
+        CHECK(r.continue_chars == full.size() - r.partial);  // nothing is streamed twice
+        rows.push_back(r);
+    }
+    if (const char* p = std::getenv("COAGENT_RESUME_TABLE"); p && std::string(p) == "1") {
+        std::size_t chars_saved = 0;
+        std::int64_t out_saved = 0, in_added = 0;
+        std::printf(
+            "| cut after chunk | partial chars | streamed again: restart | continue | "
+            "output tokens of the retry: restart | continue | extra input tokens |\n");
+        std::printf("|---|---|---|---|---|---|---|\n");
+        for (const auto& r : rows) {
+            std::printf("| %d/%zu | %zu | %zu | %zu | %lld | %lld | %lld |\n", r.cut, chunks.size(),
+                        r.partial, r.restart_chars, r.continue_chars,
+                        static_cast<long long>(r.restart_out),
+                        static_cast<long long>(r.continue_out),
+                        static_cast<long long>(r.continue_in - r.restart_in));
+            chars_saved += r.restart_chars - r.continue_chars;
+            out_saved += r.restart_out - r.continue_out;
+            in_added += r.continue_in - r.restart_in;
+        }
+        std::printf(
+            "| total (%zu chars a reply) | | | %zu chars not regenerated | | %lld output "
+            "tokens not regenerated | %lld input tokens added |\n",
+            full.size(), chars_saved, static_cast<long long>(out_saved),
+            static_cast<long long>(in_added));
+    }
 }

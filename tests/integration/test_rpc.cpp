@@ -59,7 +59,7 @@ std::set<std::string> keys(const json::object& o) {
 }
 
 std::vector<std::string> fa(std::initializer_list<std::string> extra, const char* script) {
-    std::vector<std::string> a{"--no-session", "--faux-script", script};
+    std::vector<std::string> a{"--provider", "faux", "--no-session", "--faux-script", script};
     a.insert(a.end(), extra);
     return a;
 }
@@ -951,7 +951,7 @@ TEST_CASE("rpc mode: two errors then success, exact retry events, get_state duri
     auto first = p.next_of("auto_retry_start");
     CHECK(
         first ==
-        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":500,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":500,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
     auto st = p.call("s", "get_state").at("data").as_object();  // inside the 500 ms backoff
     CHECK(st.at("isRetrying") == true);
     CHECK(st.at("retryAttempt") == 1);
@@ -959,7 +959,7 @@ TEST_CASE("rpc mode: two errors then success, exact retry events, get_state duri
     CHECK(st.at("autoRetryEnabled") == true);
     CHECK(
         p.next_of("auto_retry_start") ==
-        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":1000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":1000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
     CHECK(p.next_of("auto_retry_end") ==
           obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
     p.next_of("agent_settled");
@@ -1452,8 +1452,9 @@ TEST_CASE("rpc_client: garbage, early exit, spawn failure and timeouts are clear
     SECTION("a configuration error: the exit code and stderr are in the error") {
         rpc_env env(R"({"retry":{"maxRetries":"three"}})");
         rpc_client c(io);
-        auto e = expect_rpc_error(
-            [&] { run_co(io, c.start(coagent_bin(), {"--no-session"}, env.vars())); });
+        auto e = expect_rpc_error([&] {
+            run_co(io, c.start(coagent_bin(), {"--provider", "faux", "--no-session"}, env.vars()));
+        });
         CHECK(e.why() == rpc_error::reason::process_exited);
         CHECK(e.command() == "start");
         const std::string w = e.what();

@@ -1074,6 +1074,21 @@ void register_slow_tool(agent_session& session) {
                           });
 }
 
+// a tool that finishes its 10 ms whatever abort() says (it takes no cancellation)
+void register_stubborn_tool(agent_session& session) {
+    session.register_tool(tool_definition{"slow", "answers after 10 ms, uninterruptible", {}},
+                          [](json::object) -> asio::awaitable<tool_output> {
+                              co_await asio::this_coro::reset_cancellation_state(
+                                  [](asio::cancellation_type) {
+                                      return asio::cancellation_type::none;
+                                  });
+                              manual_timer t(co_await asio::this_coro::executor);
+                              t.expires_after(std::chrono::milliseconds(10));
+                              co_await t.async_wait(asio::use_awaitable);
+                              co_return tool_output{"slow done", false};
+                          });
+}
+
 }  // namespace
 
 TEST_CASE("chaos: random schedules of faults and calls keep the session's invariants", "[chaos]") {
@@ -1218,7 +1233,9 @@ TEST_CASE(
     coagent::test::harness h(
         R"([{"toolCall":{"name":"slow","arguments":{}}},{"text":"after the tool"},
         {"text":"next answer"},{"text":"spare"}])");
-    register_slow_tool(*h.session);  // runs for 10 ms of virtual time
+    // runs for 10 ms of virtual time, abort() or not (abort() interrupts a tool that takes
+    // cancellation: issue 21)
+    register_stubborn_tool(*h.session);
     h.prompt("first");
     REQUIRE(h.session->is_busy());  // the tool runs for 10 ms
     h.session->abort();

@@ -23,6 +23,7 @@
 using namespace coagent;
 using namespace coagent::test;
 namespace fs = std::filesystem;
+using strings = std::vector<std::string>;
 
 namespace {
 
@@ -56,12 +57,31 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
                   o.session_dir = dir.path;
                   o.cwd = "/somewhere";
               });
+    // the chain's retry_end entry is in the file before its auto_retry_end is published
+    std::vector<std::string> at_end;
+    auto peek = h.session->subscribe([&](const event& e) {
+        if (std::holds_alternative<auto_retry_end_event>(e))
+            at_end.push_back(read_lines(*h.session->history().file()).back());
+    });
     h.prompt("hi");
     h.advance(std::chrono::milliseconds(6000));
     REQUIRE(h.done());
+    peek.reset();
     REQUIRE(h.session->history().file());
     auto lines = read_lines(*h.session->history().file());
-    REQUIRE(lines.size() == 5);
+    REQUIRE(lines.size() == 6);
+    REQUIRE(at_end.size() == 1);
+    CHECK(at_end[0] == lines[5]);
+    {
+        auto end = json::parse(lines.back()).as_object();
+        CHECK(end.at("type") == "retry_end");
+        CHECK(end.at("parentId").as_string() == json::parse(lines[4]).at("id").as_string());
+        end.erase("id");
+        end.erase("parentId");
+        end.erase("timestamp");
+        CHECK(end == obj(R"({"type":"retry_end","success":true,"attempt":2})"));
+        lines.pop_back();
+    }
     auto header = json::parse(lines[0]).as_object();
     CHECK(header.at("type") == "session");
     CHECK(header.at("version") == 3);
@@ -90,9 +110,31 @@ TEST_CASE("a retried prompt writes header + every message, errors included, as a
     h.sub.reset();  // a subscription must not outlive its session
     h.session.reset();
     auto loaded = session_history::load(file);
-    CHECK(loaded.warnings.empty());
+    CHECK(loaded.warnings.empty());  // retry_end is a known entry type
     CHECK(loaded.history.messages().size() == 4);
+    CHECK(loaded.history.context().size() == 4);  // it takes no part in the context
+    CHECK(loaded.history.entries().back().type == "retry_end");
     CHECK(loaded.history.session_id() == id);
+}
+
+TEST_CASE("an exhausted chain leaves a retry_end entry with its finalError (issue 21)",
+          "[history][issue-21]") {
+    temp_dir dir;
+    settings cfg;
+    cfg.retry.max_retries = 1;
+    harness h(R"([{"error":"503 Service Unavailable","status":503,"times":2}])", cfg,
+              [&](session_options& o) { o.session_dir = dir.path; });
+    h.prompt("hi");
+    h.advance(std::chrono::milliseconds(2000));
+    REQUIRE(h.done());
+    auto lines = read_lines(*h.session->history().file());
+    auto end = json::parse(lines.back()).as_object();
+    end.erase("id");
+    end.erase("parentId");
+    end.erase("timestamp");
+    CHECK(
+        end ==
+        obj(R"({"type":"retry_end","success":false,"attempt":1,"finalError":"503 Service Unavailable"})"));
 }
 
 TEST_CASE("a torn last line is skipped with a warning, and appends continue on a new line",
@@ -119,6 +161,122 @@ TEST_CASE("a torn last line is skipped with a warning, and appends continue on a
     loaded.history = session_history();
     auto again = session_history::load(file);
     CHECK(again.history.messages().size() == 2);
+}
+
+namespace {
+// a session file a crash left inside a tool call: the user's prompt and the assistant's toolUse
+// reply (two calls), no result
+fs::path crashed_in_tool(const fs::path& dir) {
+    auto file = dir / "crashed.jsonl";
+    std::ofstream out(file);
+    out << R"({"type":"session","version":3,"id":"c1","timestamp":"t","cwd":"/"})"
+        << "\n";
+    message a;
+    a.role = message_role::assistant;
+    a.stop = stop_reason::tool_use;
+    a.provider = a.api = a.model = "faux";
+    a.content.emplace_back(tool_call_block{"call_1", "side_effect", json::object{{"n", 1}}});
+    a.content.emplace_back(tool_call_block{"call_2", "lookup", json::object{{"q", "x"}}});
+    json::object user{{"type", "message"},
+                      {"id", "00000001"},
+                      {"parentId", nullptr},
+                      {"message", to_json(make_user_message("do it"))}};
+    json::object reply{
+        {"type", "message"}, {"id", "00000002"}, {"parentId", "00000001"}, {"message", to_json(a)}};
+    out << json::serialize(user) << "\n" << json::serialize(reply) << "\n";
+    return file;
+}
+}  // namespace
+
+TEST_CASE(
+    "resume after a crash inside a tool call: interrupted results before the next "
+    "request, the tool not run again unless idempotent (issue 21)",
+    "[history][tools][issue-21]") {
+    temp_dir dir;
+    const fs::path file = crashed_in_tool(dir.path);
+    const std::string interrupted_1 =
+        "Tool side_effect was interrupted before it finished; it was not run again.";
+    int side_effects = 0, lookups = 0;
+    const auto count = [](int& n, std::string text) {
+        return [&n, text](json::object) -> boost::asio::awaitable<tool_output> {
+            ++n;
+            co_return tool_output{text, false};
+        };
+    };
+    const bool lookup_idempotent = GENERATE(false, true);
+    harness h(R"([{"text":"resumed"}])", settings{},
+              [&](session_options& o) { o.resume_file = file; });
+    h.session->register_tool({"side_effect", "", {}}, count(side_effects, "did it"));
+    h.session->register_tool({"lookup", "", {}}, count(lookups, "found"),
+                             tool_options{lookup_idempotent});
+    h.prompt("and now?");
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    CHECK(side_effects == 0);
+    CHECK(lookups == (lookup_idempotent ? 1 : 0));
+    // the provider never gets a dangling tool call: both have results, before the new prompt
+    REQUIRE(h.requests().size() == 1);
+    const auto sent = h.requests()[0].messages;
+    REQUIRE(sent.size() == 5);
+    CHECK(sent[0].role == "user");
+    CHECK(sent[1].role == "assistant");
+    CHECK(sent[2].role == "toolResult");
+    CHECK(sent[2].text == interrupted_1);
+    CHECK(sent[3].role == "toolResult");
+    CHECK(sent[3].text ==
+          (lookup_idempotent
+               ? "found"
+               : "Tool lookup was interrupted before it finished; it was not run again."));
+    CHECK(sent[4].role == "user");
+    CHECK(sent[4].text == "and now?");
+    strings expected{"agent_start", "turn_start", "message_start:toolResult",
+                     "message_end:toolResult"};
+    if (lookup_idempotent) {
+        expected.insert(expected.end(), {"tool_execution_start", "tool_execution_end"});
+    }
+    expected.insert(expected.end(),
+                    {"message_start:toolResult", "message_end:toolResult", "message_start:user",
+                     "message_end:user", "message_start:assistant", "message_end:assistant:stop",
+                     "turn_end", "agent_end{final}", "agent_settled"});
+    CHECK(brief(h.events) == expected);
+    // the results are in the file: a second resume has nothing to repair
+    const auto* first = h.session->messages()[2].get();
+    CHECK(first->is_error);
+    CHECK(first->tool_call_id == "call_1");
+    h.sub.reset();
+    h.session.reset();
+    auto again = session_history::load(file);
+    CHECK(plan_tool_call_repair(again.history.context(), nullptr).empty());
+    CHECK(again.history.context().size() == 6);  // user, toolUse, 2 results, user, reply
+}
+
+TEST_CASE("a manual compaction right after a crash inside a tool call sends no dangling tool "
+          "call either (issue 21)",
+          "[history][tools][issue-21]") {
+    temp_dir dir;
+    const fs::path file = crashed_in_tool(dir.path);
+    settings cfg;
+    cfg.compaction.keep_recent_tokens = 0;
+    harness h(R"([{"text":"the summary"}])", cfg,
+              [&](session_options& o) { o.resume_file = file; });
+    std::optional<compact_result> done;
+    boost::asio::co_spawn(h.io, h.session->compact(),
+                          [&](std::exception_ptr e, compact_result r) {
+                              if (e) std::rethrow_exception(e);
+                              done = std::move(r);
+                          });
+    h.run_ready();
+    REQUIRE(done);
+    CHECK(done->ok);
+    REQUIRE(h.requests().size() == 1);
+    const auto summarised = h.requests()[0].messages;
+    std::string roles;
+    for (const auto& m : summarised) roles += m.role + " ";
+    INFO(roles);
+    bool results = false;
+    for (const auto& m : summarised)
+        if (m.text.find("Tool side_effect was interrupted") != std::string::npos) results = true;
+    CHECK(results);
 }
 
 TEST_CASE("an unknown entry type loads with a warning, a non-session file is refused",

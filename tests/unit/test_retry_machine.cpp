@@ -3,6 +3,8 @@
 #include <coagent/retry/backoff.hpp>
 #include <coagent/retry/retry_machine.hpp>
 
+#include <boost/json/parse.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <limits>
@@ -53,6 +55,25 @@ TEST_CASE("backoff_delay = base * 2^(attempt-1), saturating", "[retry][spec-4]")
     CHECK(delay_to_duration(std::numeric_limits<std::int64_t>::max()) >
           std::chrono::hours(24 * 365 * 99));
     CHECK(delay_to_duration(-5) == std::chrono::nanoseconds::zero());
+}
+
+TEST_CASE("auto_retry_start carries what the failed attempt streamed (issue 21)",
+          "[retry][issue-21]") {
+    retry_settings s;
+    CHECK(discarded_of(nullptr) == discarded_output{});
+    message m = error_msg("503 x");
+    CHECK(discarded_of(&m) == discarded_output{});  // streamed nothing: zeros
+    m.content.emplace_back(text_block{"añb€"});     // 4 code points, 7 bytes
+    m.content.emplace_back(tool_call_block{"c1", "read", {}});
+    m.content.emplace_back(text_block{"\xF0\x9F\x98\x80"});  // one code point, 4 bytes
+    m.content.emplace_back(tool_call_block{"c2", "write", {}});
+    CHECK(discarded_of(&m) == discarded_output{5, 0, 2});
+    retry_machine rm;
+    auto d = rm.on_agent_end(&m, retryable(), s);
+    REQUIRE(d.start);
+    CHECK(d.start->discarded == discarded_output{5, 0, 2});
+    CHECK(to_json(event{*d.start}).at("discarded") ==
+          json::parse(R"({"textChars":5,"thinkingChars":0,"toolCalls":2})"));
 }
 
 TEST_CASE("retry machine: table of agent_end decisions", "[retry][spec-3][spec-4]") {
@@ -149,7 +170,8 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("retry machine: success after a retry ends with success at message_end, chain until agent_end",
+TEST_CASE(
+    "retry machine: success after a retry ends with success at message_end, chain until agent_end",
     "[retry][spec-3]") {
     retry_machine m;
     auto e = error_msg("503");

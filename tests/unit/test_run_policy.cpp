@@ -704,3 +704,59 @@ TEST_CASE("latch: a wake before the wait is kept, wait_for reports a timeout", "
     CHECK(timed_out == true);
     CHECK_FALSE(never.woken());
 }
+
+TEST_CASE("retry.resumePartial: which failed replies a retry continues, trimmed (issue 21)",
+          "[run_policy][issue-21]") {
+    retry_settings on;
+    on.resume_partial = true;
+    const retry_settings off;
+    const auto failed = [](std::vector<content_block> content,
+                           stop_reason stop = stop_reason::error) {
+        message m;
+        m.role = message_role::assistant;
+        m.stop = stop;
+        m.content = std::move(content);
+        return m;
+    };
+    const std::string anthropic = "anthropic-messages";
+    const message text = failed({text_block{"Once upon "}, text_block{"a time \n\t "}});
+    CHECK(partial_to_continue(text, anthropic, on, false) == "Once upon a time");
+    CHECK(partial_to_continue(text, anthropic, off, false) == std::nullopt);  // opt-in
+    CHECK(partial_to_continue(text, anthropic, on, true) == std::nullopt);    // rejected before
+    CHECK(partial_to_continue(text, "openai-completions", on, false) ==
+          std::nullopt);  // no prefill
+    CHECK(partial_to_continue(text, "faux", on, false) == std::nullopt);
+    CHECK(partial_to_continue(failed({}), anthropic, on, false) == std::nullopt);  // nothing
+    CHECK(partial_to_continue(failed({text_block{" \n "}}), anthropic, on, false) == std::nullopt);
+    CHECK(partial_to_continue(failed({text_block{"x"}, tool_call_block{"c", "t", {}}}), anthropic,
+                              on, false) == std::nullopt);  // a tool call had started
+    CHECK(partial_to_continue(failed({text_block{"x"}}, stop_reason::aborted), anthropic, on,
+                              false) == std::nullopt);  // aborted: not retried
+    CHECK(partial_to_continue(failed({text_block{"x"}}, stop_reason::stop), anthropic, on, false) ==
+          std::nullopt);
+
+    message rejected = failed({text_block{"Once upon a time"}});
+    rejected.error_status = 400;
+    CHECK(is_prefill_rejection(rejected));
+    rejected.error_status = 529;
+    CHECK_FALSE(is_prefill_rejection(rejected));
+    CHECK(prefill_rejection_classification().retryable());
+    CHECK(prefill_rejection_classification().rule == "prefill/rejected");
+
+    // the continued reply: one text block, partial + continuation, usage summed
+    message reply;
+    reply.role = message_role::assistant;
+    reply.content = {text_block{"Once upon a time"}, text_block{", there was"}};
+    reply.usage = token_usage{100, 5, 10, 0, 115, token_cost{0.1, 0.2, 0, 0, 0.3}};
+    message cut = failed({text_block{"Once upon a time "}});
+    cut.usage = token_usage{90, 4, 0, 2, 96, token_cost{0.05, 0.1, 0, 0.01, 0.16}};
+    join_continuation(reply, cut);
+    REQUIRE(reply.content.size() == 1);
+    CHECK(text_of(reply) == "Once upon a time, there was");
+    CHECK(reply.usage.input == 190);
+    CHECK(reply.usage.output == 9);
+    CHECK(reply.usage.cache_read == 10);
+    CHECK(reply.usage.cache_write == 2);
+    CHECK(reply.usage.total_tokens == 211);
+    CHECK(reply.usage.cost.total == Approx(0.46));
+}

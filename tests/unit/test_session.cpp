@@ -141,10 +141,10 @@ TEST_CASE("two errors then success: exact events, delays, requests and prompt co
     REQUIRE(starts.size() == 2);
     CHECK(
         starts[0] ==
-        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+        obj(R"({"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
     CHECK(
         starts[1] ==
-        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity"})"));
+        obj(R"({"type":"auto_retry_start","attempt":2,"maxAttempts":3,"delayMs":4000,"errorMessage":"503 Service Unavailable: upstream overloaded","limit":"capacity","discarded":{"textChars":0,"thinkingChars":0,"toolCalls":0}})"));
     CHECK(h.of("auto_retry_end")[0] ==
           obj(R"({"type":"auto_retry_end","success":true,"attempt":2})"));
 
@@ -800,9 +800,10 @@ TEST_CASE("events reach extensions in load order, a throwing extension is report
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
-TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
+TEST_CASE(
+    "tool calls: toolUse -> execute -> toolResult -> next turn, a retry continues from the "
     "toolResult",
-    "[session][tools]") {
+    "[session][tools][issue-21]") {
     harness h(
         R"([{"toolCall":{"name":"echo","arguments":{"x":1}}},{"error":"503 overloaded","status":503},{"text":"done"}])");
     std::vector<std::string> tool_args;
@@ -827,6 +828,115 @@ TEST_CASE("tool calls: toolUse -> execute -> toolResult -> next turn, a retry co
     CHECK(roles(reqs[2]) == strings{"user", "assistant", "toolResult"});  // the error was dropped
     CHECK(h.of("turn_end")[0].at("toolResults").as_array().size() == 1);
     CHECK(h.result->outcome == prompt_result::status::succeeded);
+}
+
+TEST_CASE(
+    "abort while a tool runs: the call gets the interrupted result, the tool is not run "
+    "again (issue 21)",
+    "[session][tools][abort][issue-21]") {
+    harness h(R"([{"toolCall":{"name":"slow","arguments":{"n":1}}},{"text":"never sent"}])");
+    int started = 0, finished = 0;
+    h.session->register_tool({"slow", "waits 10 s", {}},
+                             [&](json::object) -> boost::asio::awaitable<tool_output> {
+                                 ++started;
+                                 manual_timer t(co_await boost::asio::this_coro::executor);
+                                 t.expires_after(10s);
+                                 co_await t.async_wait(boost::asio::use_awaitable);
+                                 ++finished;
+                                 co_return tool_output{"slept", false};
+                             });
+    h.prompt("go");
+    h.advance(1000ms);
+    CHECK(started == 1);
+    CHECK_FALSE(h.done());
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(brief(h.events) ==
+          strings{"agent_start", "turn_start", "message_start:user", "message_end:user",
+                  "message_start:assistant", "message_end:assistant:toolUse",
+                  "tool_execution_start", "tool_execution_end", "message_start:toolResult",
+                  "message_end:toolResult", "turn_end", "agent_end{final}", "agent_settled"});
+    const std::string interrupted =
+        "Tool slow was interrupted before it finished; it was not run again.";
+    json::object end = h.of("tool_execution_end").at(0);
+    CHECK(end == obj(R"({"type":"tool_execution_end","toolCallId":"faux_call_1","toolName":"slow",)"
+                     R"("result":{"content":[{"type":"text","text":")" +
+                     interrupted + R"("}]},"isError":true})"));
+    const message& tr = *h.session->messages().back();
+    CHECK(tr.role == message_role::tool_result);
+    CHECK(tr.is_error);
+    CHECK(text_of(tr) == interrupted);
+    h.advance(10000ms);  // the tool's wait was cancelled: it never finishes, nothing runs again
+    CHECK(finished == 0);
+    CHECK(started == 1);
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("abort while a tool that takes no cancellation runs: it finishes and keeps its result "
+          "(issue 21)",
+          "[session][tools][abort][issue-21]") {
+    harness h(R"([{"toolCall":{"name":"stubborn","arguments":{}}},{"text":"never sent"}])");
+    h.session->register_tool(
+        {"stubborn", "", {}}, [](json::object) -> boost::asio::awaitable<tool_output> {
+            co_await boost::asio::this_coro::reset_cancellation_state(
+                [](boost::asio::cancellation_type) { return boost::asio::cancellation_type::none; });
+            manual_timer t(co_await boost::asio::this_coro::executor);
+            t.expires_after(10s);
+            co_await t.async_wait(boost::asio::use_awaitable);
+            co_return tool_output{"it happened", false};
+        });
+    h.prompt("go");
+    h.session->abort();
+    h.run_ready();
+    CHECK_FALSE(h.done());  // the tool still runs
+    h.advance(10000ms);
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::aborted);
+    CHECK(text_of(*h.session->messages().back()) == "it happened");  // what really happened
+    CHECK(h.requests().size() == 1);
+}
+
+TEST_CASE("plan_tool_call_repair: the last turn's tool calls without a result (issue 21)",
+          "[session][tools][issue-21]") {
+    const auto user = std::make_shared<message>(make_user_message("hi"));
+    const auto calls = [](std::vector<std::string> names, stop_reason stop) {
+        auto m = std::make_shared<message>();
+        m->role = message_role::assistant;
+        m->stop = stop;
+        for (std::size_t i = 0; i < names.size(); ++i)
+            m->content.emplace_back(tool_call_block{"c" + std::to_string(i + 1), names[i], {}});
+        return message_ptr(m);
+    };
+    const auto result = [](std::string id) {
+        return message_ptr(std::make_shared<message>(make_tool_result(id, "t", "out", false)));
+    };
+    tool_runner tools;
+    tools.add({"read", "", {}}, {}, tool_options{true});
+    tools.add({"write", "", {}}, {});
+    const auto plan = [&](std::vector<message_ptr> ctx) {
+        strings out;
+        for (const auto& r : plan_tool_call_repair(ctx, &tools))
+            out.push_back(r.call->id + (r.run_again ? ":run" : ":interrupted"));
+        return out;
+    };
+    const auto both = calls({"write", "read"}, stop_reason::tool_use);
+    CHECK(plan({user, both}) == strings{"c1:interrupted", "c2:run"});
+    CHECK(plan({user, both, result("c1")}) == strings{"c2:run"});
+    CHECK(plan({user, both, result("c2")}) == strings{"c1:interrupted"});
+    CHECK(plan({user, both, result("c1"), result("c2")}).empty());
+    CHECK(plan({user, both, result("c1"), result("c2"), user}).empty());
+    CHECK(plan({user}).empty());
+    CHECK(plan({}).empty());
+    CHECK(plan({user, calls({"write"}, stop_reason::error)}).empty());  // never sent
+    CHECK(plan({user, calls({"write"}, stop_reason::aborted)}).empty());
+    // without a tool runner (nothing registered): nothing runs again
+    const auto ctx = std::vector<message_ptr>{user, both};
+    CHECK(plan_tool_call_repair(ctx, nullptr).size() == 2);
+    CHECK_FALSE(plan_tool_call_repair(ctx, nullptr)[1].run_again);
+    CHECK(interrupted_tool_text("write") ==
+          "Tool write was interrupted before it finished; it was not run again.");
 }
 
 TEST_CASE("a prompt while a request streams: refused without a behaviour", "[session][busy]") {
@@ -999,6 +1109,35 @@ TEST_CASE("stall beyond the stream idle timeout is a retryable timeout error", "
     CHECK(h.result->outcome == prompt_result::status::succeeded);
 }
 
+TEST_CASE(
+    "auto_retry_start.discarded counts what the failed attempt streamed, in code points "
+    "(issue 21)",
+    "[session][issue-21]") {
+    settings s;
+    s.provider.stream_idle_timeout_ms = 1000;
+    // cut halfway: "héllo wörld" streamed (11 code points, 13 bytes), then the stall times out;
+    // then an error that streamed nothing
+    harness h(
+        R"([{"text":"héllo wörld ünd mehr","stallMs":5000},{"error":"503 x","status":503},{"text":"ok"}])",
+        s);
+    h.prompt("hi");
+    h.advance(1000ms);
+    h.advance(2000ms);
+    h.advance(4000ms);
+    REQUIRE(h.done());
+    CHECK(h.result->outcome == prompt_result::status::succeeded);
+    auto starts = h.of("auto_retry_start");
+    REQUIRE(starts.size() == 2);
+    CHECK(starts[0].at("discarded") == obj(R"({"textChars":11,"thinkingChars":0,"toolCalls":0})"));
+    CHECK(starts[1].at("discarded") == obj(R"({"textChars":0,"thinkingChars":0,"toolCalls":0})"));
+    // the errored message keeps its partial content (in the history, not in the context)
+    const json::object first_failed = h.of("message_end").at(1).at("message").as_object();
+    CHECK(first_failed.at("stopReason") == "error");
+    CHECK(first_failed.at("content") == json::parse(R"([{"type":"text","text":"héllo wörld"}])"));
+    // the partial text is not sent again
+    for (const auto& r : h.requests()) CHECK(roles(r) == strings{"user"});
+}
+
 TEST_CASE("abort while streaming (no retry) ends the prompt aborted, no retry",
           "[session][abort]") {
     harness h(R"([{"text":"slow","delayMs":1000}])");
@@ -1169,7 +1308,7 @@ TEST_CASE(
         tool_execution_end_event{"id1", "tool", json::value("r"), true},
         turn_end_event{a, {tr}},
         agent_end_event{{u, a, tr}, true},
-        auto_retry_start_event{1, 3, 2000, "503 x"},
+        auto_retry_start_event{1, 3, 2000, "503 x", limit_kind::capacity, {12, 0, 1}},
         auto_retry_end_event{false, 3, std::string("Retry cancelled")},
         auto_retry_end_event{true, 1, std::nullopt},
         compaction_end_event{"overflow", json::value(json::object{{"summary", "s"}}), false, true,

@@ -163,6 +163,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.honorShouldRetry", "boolean", false},
         {"retry.fallbackChains", "object", json::object()},
         {"retry.fallbackRevertPolicy", "string", "cooldown-expiry"},
+        {"retry.resumePartial", "boolean", false},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
@@ -170,6 +171,9 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"provider.streamIdleTimeoutMs", "integer", 120000},
         {"provider.attemptTimeoutMs", "integer", 600000},
         {"telemetry.traceFile", "string", ""},
+        {"defaultProvider", "string", ""},
+        {"defaultModel", "string", ""},
+        {"tui.markdown", "boolean", true},
     };
     const auto schema = coagent::settings_schema();
     REQUIRE(schema.size() == keys.size());
@@ -189,13 +193,37 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false})"));
     CHECK_FALSE(store.get("nope").has_value());
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[12].expected == "a positive integer");
+    CHECK(schema[13].expected == "a positive integer");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
+}
+
+TEST_CASE("origin names the layer a value comes from, string settings are checked", "[settings]") {
+    temp_dir dir;
+    write_file(dir.global(), R"({"defaultProvider":"openai","retry":{"maxRetries":5}})");
+    write_file(dir.project(), R"({"retry":{"maxRetries":1}})");
+    auto store = settings_store::load(dir.global(), dir.project());
+    CHECK(store.current().selection.default_provider == "openai");
+    CHECK(store.current().selection.default_model.empty());
+    CHECK(store.origin("defaultProvider") == dir.global().string());
+    CHECK(store.origin("retry.maxRetries") == dir.project().string());
+    CHECK(store.origin("retry.baseDelayMs") == "default");
+    store.set_override("retry.maxRetries", json::value(2));
+    CHECK(store.origin("retry.maxRetries") == "<runtime>");
+
+    write_file(dir.global(), R"({"defaultModel":["gpt-4o"]})");
+    try {
+        (void)settings_store::load(dir.global(), dir.project());
+        FAIL("a defaultModel that is not a string was accepted");
+    } catch (const settings_error& e) {
+        CHECK(std::string(e.what()) ==
+              dir.global().string() +
+                  R"(: key "defaultModel": expected a string, found ["gpt-4o"])");
+    }
 }
 
 TEST_CASE("missing files are empty layers", "[settings]") {
@@ -227,7 +255,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry"})"));
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);

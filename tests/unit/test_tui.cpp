@@ -7,9 +7,12 @@
 #include <coagent/modes/tui_controller.hpp>
 #include <coagent/modes/tui_keys.hpp>
 #include <coagent/modes/tui_layout.hpp>
+#include <coagent/modes/tui_markdown.hpp>
 #include <coagent/modes/tui_screen.hpp>
 #include <coagent/modes/tui_text.hpp>
 #include <coagent/modes/wait_text.hpp>
+
+#include "support/session_harness.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -169,7 +172,7 @@ TEST_CASE(
 
     d.start_prompt("hello");
     CHECK(d.c.escape_action() == esc_action::abort);
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
 
     d.failed_attempt("503 Service Unavailable", true);
     d.retry_start(1, 3, 2000, "503 Service Unavailable");
@@ -185,7 +188,7 @@ TEST_CASE(
     d.ev(agent_start_event{});  // the retry begins: the handler comes back
     CHECK(d.c.escape_action() == esc_action::abort);
     CHECK_FALSE(d.c.saved_escape_action());
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 2s (esc to interrupt)");
     d.ev(turn_start_event{});
     d.failed_attempt("503 Service Unavailable", true);
     d.retry_start(2, 3, 4000, "503 Service Unavailable");
@@ -331,7 +334,8 @@ TEST_CASE("every place that shows a wait uses format_wait (issue 15)", "[wait]")
     CHECK(*d.c.next_wakeup() == t0 + 62'000ms);
 }
 
-TEST_CASE("print mode's stderr lines are sanitised as the TUI does, an empty error names its status",
+TEST_CASE(
+    "print mode's stderr lines are sanitised as the TUI does, an empty error names its status",
     "[print][issue-15]") {
     const std::string hostile =
         "500 bad \x1b[31mred\x1b]0;title\x07 \x9b"
@@ -368,7 +372,8 @@ TEST_CASE("print mode's stderr lines are sanitised as the TUI does, an empty err
     CHECK(retry_failed_line(e) == "Retry failed after 3 attempts: Unknown error");
 }
 
-TEST_CASE("tui: Esc during the loader cancels the retry, the failure line, the input is usable after") {
+TEST_CASE(
+    "tui: Esc during the loader cancels the retry, the failure line, the input is usable after") {
     driver d;
     d.start_prompt("hi");
     d.failed_attempt("503 Service Unavailable", true);
@@ -531,17 +536,17 @@ TEST_CASE("tui: blank Enter does nothing") {
 
 TEST_CASE("tui: Ctrl+C clears the input, twice in a row exits, Ctrl+D exits on an empty input") {
     tui_controller c;
-    CHECK(c.on_ctrl_c(false).type == tui_command::kind::clear_input);
+    CHECK(c.on_ctrl_c(false, t0).type == tui_command::kind::clear_input);
     CHECK(c.status_text() == "Press Ctrl+C again to exit");
-    CHECK(c.on_ctrl_c(true).type == tui_command::kind::exit);
+    CHECK(c.on_ctrl_c(true, t0 + 100ms).type == tui_command::kind::exit);
 
     tui_controller c2;
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
     c2.on_other_key();  // typing in between: not "in a row"
     CHECK(c2.status_text() != "Press Ctrl+C again to exit");
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
     CHECK(c2.on_escape().type == tui_command::kind::none);
-    CHECK(c2.on_ctrl_c(true).type == tui_command::kind::clear_input);
+    CHECK(c2.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
 
     tui_controller c3;
     CHECK(c3.on_ctrl_d(false).type == tui_command::kind::edit);  // delete under the cursor
@@ -563,7 +568,7 @@ TEST_CASE("tui: compaction loaders and their end lines") {
     ce.aborted = true;
     ce.error_message = "Compaction aborted";
     d.ev(ce);
-    CHECK(d.c.loader_text() == "Working\u2026 (esc to interrupt)");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
     d.settle();
     CHECK(d.lines(kind::notice).back() == "Compaction cancelled");
     CHECK(d.lines(kind::error).empty());  // the overflow error went to compaction, not to a line
@@ -637,6 +642,139 @@ TEST_CASE("tui: a reply without updates is shown whole") {
 }
 
 // ---- text --------------------------------------------------------------------------------------
+
+TEST_CASE("tui text: character counts and the discarded-reply marker (issue 21)", "[issue-21]") {
+    CHECK(tui::char_count_text(0) == "0 chars");
+    CHECK(tui::char_count_text(1) == "1 char");
+    CHECK(tui::char_count_text(999) == "999 chars");
+    CHECK(tui::char_count_text(1000) == "1.0k chars");
+    CHECK(tui::char_count_text(1199) == "1.2k chars");
+    CHECK(tui::char_count_text(1249) == "1.2k chars");
+    CHECK(tui::char_count_text(1250) == "1.3k chars");
+    CHECK(tui::char_count_text(9949) == "9.9k chars");
+    CHECK(tui::char_count_text(9950) == "10k chars");
+    CHECK(tui::char_count_text(8000) == "8.0k chars");
+    CHECK(tui::char_count_text(123456) == "123k chars");
+    CHECK(tui::char_count_text(999499) == "999k chars");
+    CHECK(tui::char_count_text(999500) == "1.0M chars");
+    CHECK(tui::char_count_text(25'000'000) == "25M chars");
+    CHECK(tui::discarded_marker(0, 0) == std::nullopt);
+    CHECK(tui::discarded_marker(1200, 0) ==
+          "\u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply above is "
+          "discarded");
+    CHECK(tui::discarded_marker(40, 1) ==
+          "\u21bb connection lost after 40 chars and 1 tool call \u2014 retrying; the partial "
+          "reply above is discarded");
+    CHECK(tui::discarded_marker(0, 2) ==
+          "\u21bb connection lost after 2 tool calls \u2014 retrying; the partial reply above is "
+          "discarded");
+}
+
+TEST_CASE("tui: a failed partial reply stays, one marker line says it is discarded (issue 21)",
+          "[issue-21]") {
+    driver d;
+    d.start_prompt("long");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    message_update_event u;
+    u.message = partial;
+    u.delta = "Once upon a time";
+    d.ev(u);
+    auto failed = assistant_msg("Once upon a time", stop_reason::error, "connection reset");
+    d.ev(message_end_event{failed});
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.delay_ms = 2000;
+    s.error_message = "connection reset";
+    s.discarded = discarded_of(failed.get());
+    d.ev(s);
+    const auto& t = d.c.transcript();
+    REQUIRE(t.size() == 3);
+    CHECK(t[1].type == kind::assistant);
+    CHECK(t[1].text == "Once upon a time");  // the reply stays as it is
+    CHECK(t[2].type == kind::notice);
+    CHECK(t[2].text ==
+          "\u21bb connection lost after 16 chars \u2014 retrying; the partial reply above is "
+          "discarded");
+    CHECK_FALSE(d.c.streaming());
+    // the retried reply is a new item below the marker; an attempt that streamed nothing adds
+    // no marker
+    d.ev(agent_start_event{});
+    auto nothing = assistant_msg("", stop_reason::error, "503");
+    d.ev(message_end_event{nothing});
+    s.attempt = 2;
+    s.discarded = discarded_of(nothing.get());
+    d.ev(s);
+    CHECK(d.c.transcript().size() == 3);
+}
+
+TEST_CASE("tui: a resumed session's transcript is drawn as it was live (issue 21)",
+          "[issue-21]") {
+    settings cfg;
+    cfg.provider.stream_idle_timeout_ms = 1000;
+    cfg.retry.max_retries = 1;
+    std::string words;
+    for (int i = 0; i < 400; ++i) words += (i ? " " : "") + std::string("abcde");
+    test::harness h(R"([{"text":")" + words + R"(","stallMs":5000},{"text":"Complete answer."},)"
+                    R"({"toolCall":{"name":"lookup","arguments":{"q":1}}},{"text":"used it"},)"
+                    R"({"error":"400 bad request","status":400},)"
+                    R"({"error":"503 overloaded","status":503,"times":2},)"
+                    R"({"text":"too late","delayMs":5000},)"
+                    R"({"error":"503 again","status":503},{"text":"never"}])",
+                    cfg);
+    h.session->register_tool({"lookup", "", {}},
+                             [](json::object) -> boost::asio::awaitable<tool_output> {
+                                 co_return tool_output{"found", false};
+                             });
+    tui_controller live;
+    auto sub = h.session->subscribe([&](const event& e) { live.on_event(e, t0); });
+    h.prompt("long");
+    h.advance(1000ms);  // the stall times out after 1199 characters
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    h.prompt("use the tool");
+    REQUIRE(h.done());
+    h.prompt("fail");  // not retryable: an Error line
+    REQUIRE(h.done());
+    h.prompt("exhaust");  // retries run out
+    h.advance(2000ms);
+    REQUIRE(h.done());
+    h.prompt("abort me");
+    h.advance(100ms);
+    h.session->abort();
+    h.run_ready();
+    REQUIRE(h.done());
+    h.prompt("cancel the retry");
+    h.advance(100ms);
+    h.session->abort_retry();
+    h.run_ready();
+    REQUIRE(h.done());
+
+    tui_controller resumed;
+    for (const event& e : resumed_transcript_events(h.session->history().entries()))
+        resumed.on_event(e, t0);
+    std::vector<std::string> lines;
+    for (const auto& item : live.transcript())
+        lines.push_back(std::to_string(static_cast<int>(item.type)) + " " + item.text);
+    std::vector<std::string> again;
+    for (const auto& item : resumed.transcript())
+        again.push_back(std::to_string(static_cast<int>(item.type)) + " " + item.text);
+    CHECK(again == lines);
+    const auto has = [&](const std::string& text) {
+        return std::find(lines.begin(), lines.end(), text) != lines.end();
+    };
+    CHECK(has("3 \u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply "
+              "above is discarded"));
+    CHECK(has("1 Complete answer."));
+    CHECK(has("4 \u2190 lookup: {\"content\":[{\"type\":\"text\",\"text\":\"found\"}]}"));
+    CHECK(has("2 Error: 400 bad request"));
+    CHECK(has("2 Retry failed after 1 attempts: 503 overloaded"));
+    CHECK(has("3 Aborted"));
+    CHECK(has("2 Retry failed after 1 attempts: Retry cancelled"));
+    CHECK(resumed.loader() == tui_controller::loader_kind::none);
+    CHECK_FALSE(resumed.busy());
+}
 
 TEST_CASE("tui text: UTF-8 decoding replaces every invalid sequence with one U+FFFD") {
     const auto decode = [](std::string_view s) {
@@ -786,7 +924,8 @@ TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
     CHECK_FALSE(k.pending());
 }
 
-TEST_CASE("tui keys: a lone ESC is an Esc only after the timeout, sequences split across reads are "
+TEST_CASE(
+    "tui keys: a lone ESC is an Esc only after the timeout, sequences split across reads are "
     "whole") {
     tui::key_decoder k;
     auto ks = feed(k, {"\x1b"});
@@ -1164,12 +1303,12 @@ TEST_CASE("tui layout: transcript rows are committed once, the streaming row sta
     tui::transcript_printer p;
     std::vector<transcript_item> items{{kind::user, "hello"}, {kind::assistant, "hi there\n\n "}};
     std::vector<screen_row> commit;
-    std::optional<screen_row> live;
+    std::vector<screen_row> live;
     p.collect(items, false, 20, commit, live);
     CHECK(commit == std::vector<screen_row>{{"> hello", row_style::user},
                                             {"", row_style::plain},
                                             {"hi there", row_style::assistant}});
-    CHECK_FALSE(live);
+    CHECK(live.empty());
     commit.clear();
     p.collect(items, false, 20, commit, live);
     CHECK(commit.empty());  // printed for good: never again
@@ -1179,18 +1318,18 @@ TEST_CASE("tui layout: transcript rows are committed once, the streaming row sta
     p.collect(items, true, 10, commit, live);
     CHECK(commit ==
           std::vector<screen_row>{{"", row_style::plain}, {"one two", row_style::assistant}});
-    CHECK(live == screen_row{"three four", row_style::assistant});
+    CHECK(live == std::vector<screen_row>{{"three four", row_style::assistant}});
     items.back().text += " five";
     commit.clear();
-    live.reset();
+    live.clear();
     p.collect(items, true, 10, commit, live);
     CHECK(commit == std::vector<screen_row>{{"three four", row_style::assistant}});
-    CHECK(live == screen_row{"five", row_style::assistant});
+    CHECK(live == std::vector<screen_row>{{"five", row_style::assistant}});
     commit.clear();
-    live.reset();
+    live.clear();
     p.collect(items, false, 10, commit, live);  // the reply ended
     CHECK(commit == std::vector<screen_row>{{"five", row_style::assistant}});
-    CHECK_FALSE(live);
+    CHECK(live.empty());
 
     // a user message wraps with "  " under "> "; the others keep their style; reset reprints
     std::vector<transcript_item> more{{kind::user, "aaaa bbbb"},
@@ -1223,7 +1362,7 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
     auto with_queue = live_of(U"", 0, 20);
     with_queue.queued = {"a", "b", "c", "d", "e"};
     with_queue.loader = "Retrying";
-    with_queue.stream_row = screen_row{"partial", row_style::assistant};
+    with_queue.stream_rows = {screen_row{"partial", row_style::assistant}};
     const std::string r20 = rule_of(20), r6 = rule_of(6);
     const row rows[] = {
         {"plain input",
@@ -1265,6 +1404,24 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
           {"st", row_style::status}},
          4,
          4},
+        {"words wrap at the last space that fits, the cursor follows",
+         live_of(U"one two three", 13, 11),
+         {{"", row_style::plain},
+          {rule_of(11), row_style::rule},
+          {"> one two ", row_style::input},
+          {"  three", row_style::input},
+          {"st", row_style::status}},
+         3,
+         7},
+        {"a cursor at a word-wrap boundary starts the next row",
+         live_of(U"one two three", 8, 11),
+         {{"", row_style::plain},
+          {rule_of(11), row_style::rule},
+          {"> one two ", row_style::input},
+          {"  three", row_style::input},
+          {"st", row_style::status}},
+         3,
+         2},
         {"a cursor after a full row goes to the next row",
          live_of(U"abcd", 4, 6),
          {{"", row_style::plain},
@@ -1317,35 +1474,306 @@ TEST_CASE("tui layout: the live region rows, queued messages and the input curso
     CHECK(out.cursor_col == 2);
 }
 
-TEST_CASE("tui: /retry on|off toggles auto-retry (the design's TUI toggle), not a message") {
+TEST_CASE("tui: /autoretry on|off toggles auto-retry (the design's TUI toggle), not a message") {
     tui_controller c;
     c.set_auto_retry_state(true);
-    auto off = c.on_enter("/retry off");
+    auto off = c.on_enter("/autoretry off");
     CHECK(off.type == tui_command::kind::set_auto_retry);
     CHECK_FALSE(off.enabled);
-    CHECK(off.text == "/retry off");
-    CHECK(c.on_enter("/retry on").enabled);
-    CHECK_FALSE(c.on_enter("/retry").enabled);  // toggles the current state (on)
+    CHECK(off.consume);
+    CHECK(off.text == "/autoretry off");
+    CHECK(c.on_enter("/autoretry on").enabled);
+    CHECK_FALSE(c.on_enter("/autoretry").enabled);  // toggles the current state (on)
     CHECK_FALSE(c.busy());
     c.on_auto_retry_set(false, "/home/u/.coagent/settings.json", "");
     CHECK(c.transcript().back().text ==
           "Auto-retry is off (saved to /home/u/.coagent/settings.json)");
-    CHECK(c.on_enter("/retry").enabled);  // now off: the toggle turns it on
+    CHECK(c.on_enter("/autoretry").enabled);  // now off: the toggle turns it on
     c.on_auto_retry_set(true, "x", "read-only file system");
     CHECK(c.transcript().back().type == kind::error);
     CHECK(c.transcript().back().text ==
           "Auto-retry is on for this session, but saving it failed: read-only file system");
-    // anything else starting with a slash is a message
-    CHECK(c.on_enter("/retry maybe").type == tui_command::kind::submit);
+    // a wrong argument is a local error; the old "/retry on" says where the toggle went
+    CHECK(c.on_enter("/autoretry maybe").type == tui_command::kind::none);
+    CHECK(c.transcript().back().text == "Usage: /autoretry on|off, found \"maybe\"");
+    CHECK(c.on_enter("/retry on").type == tui_command::kind::none);
+    CHECK(c.transcript().back().text ==
+          "Usage: /retry (no argument); /autoretry on|off turns automatic retry on or off");
+    CHECK_FALSE(c.busy());
 }
 
-TEST_CASE("tui: the status line shows the session's retries, waste and backoff (issue 22)") {
+TEST_CASE("tui: slash commands are local, an unknown one is an error and never a message") {
+    tui_controller c;
+    const auto n = c.transcript().size();
+    auto r = c.on_enter("/frobnicate now");
+    CHECK(r.type == tui_command::kind::none);
+    CHECK(r.consume);
+    CHECK_FALSE(c.busy());
+    REQUIRE(c.transcript().size() == n + 1);
+    CHECK(c.transcript().back().type == kind::error);
+    CHECK(c.transcript().back().text ==
+          "Unknown command: /frobnicate (/help lists the commands; it was not sent to the model)");
+    // a path or a lone slash is a message
+    CHECK(c.on_enter("/usr/bin/env is where?").type == tui_command::kind::submit);
+    tui_controller d;
+    CHECK(d.on_enter("/ hello").type == tui_command::kind::submit);
+    tui_controller e;
+    CHECK(e.on_enter("//comment").type == tui_command::kind::submit);
+
+    tui_controller h;
+    CHECK(h.on_enter("/help").type == tui_command::kind::none);
+    REQUIRE(h.transcript().size() == 1);
+    const std::string& help = h.transcript()[0].text;
+    CHECK(
+        help.starts_with("Commands (Tab completes a name):\n  /help \u2014 list the commands\n"
+                         "  /model [provider/id] \u2014 switch the model (without one: a "
+                         "numbered list to pick from)\n"));
+    CHECK(help.ends_with("\n  /quit \u2014 exit coagent"));
+    std::vector<std::string> names;
+    for (const auto& cmd : slash_commands()) names.emplace_back(cmd.name);
+    CHECK(names == std::vector<std::string>{"/help", "/model", "/new", "/resume", "/compact",
+                                            "/autoretry", "/retry", "/settings", "/quit"});
+
+    tui_controller m;
+    auto model = m.on_enter("/model  openai/gpt-4o ");
+    CHECK(model.type == tui_command::kind::set_model);
+    CHECK(model.text == "openai/gpt-4o");
+    CHECK(m.on_enter("/model").type == tui_command::kind::set_model);
+    CHECK(m.on_enter("/model").text.empty());
+    CHECK(m.on_enter("/model gpt-4o").type == tui_command::kind::none);
+    CHECK(m.transcript().back().text == "Usage: /model [provider/id], found \"gpt-4o\"");
+    CHECK(m.on_enter("/new").type == tui_command::kind::new_session);
+    CHECK(m.on_enter("/resume").type == tui_command::kind::resume);
+    auto compact = m.on_enter("/compact keep the file names");
+    CHECK(compact.type == tui_command::kind::compact);
+    CHECK(compact.text == "keep the file names");
+    CHECK(m.on_enter("/settings").type == tui_command::kind::show_settings);
+    CHECK(m.on_enter("/quit").type == tui_command::kind::exit);
+
+    // while a turn runs: /new, /resume and /compact wait
+    driver busy;
+    busy.c.on_enter("hi");
+    busy.ev(agent_start_event{});
+    CHECK(busy.c.on_enter("/new").type == tui_command::kind::none);
+    CHECK(busy.c.transcript().back().text ==
+          "/new: wait for the current turn to end (or press Esc)");
+    CHECK(busy.c.on_enter("/compact").type == tui_command::kind::none);
+}
+
+TEST_CASE("tui: Tab completes a slash command name, candidates in the status line") {
+    auto one = complete_slash("/mo");
+    REQUIRE(one);
+    CHECK(one->text == "/model ");
+    auto two = complete_slash("/re");
+    REQUIRE(two);
+    CHECK(two->text == "/re");
+    CHECK(two->candidates == std::vector<std::string>{"/resume", "/retry"});
+    auto all = complete_slash("/");
+    REQUIRE(all);
+    CHECK(all->candidates.size() == slash_commands().size());
+    CHECK_FALSE(complete_slash("/zz"));
+    CHECK_FALSE(complete_slash("/model x"));
+    CHECK_FALSE(complete_slash("hello"));
+    CHECK_FALSE(complete_slash(""));
+
+    tui_controller c;
+    auto r = c.on_tab("/au");
+    CHECK(r.type == tui_command::kind::set_input);
+    CHECK(r.text == "/autoretry ");
+    r = c.on_tab("/re");
+    CHECK(r.type == tui_command::kind::set_input);
+    CHECK(c.status_text() == "/resume  /retry");
+    c.on_other_key();
+    CHECK(c.status_text() != "/resume  /retry");
+    CHECK(c.on_tab("plain text").type == tui_command::kind::edit);
+}
+
+TEST_CASE("tui: a pick list, a number picks, Esc cancels, other input is itself") {
+    tui_controller c;
+    c.begin_pick(tui_command::kind::set_model, "Models:", {"faux/faux", "local/m1"},
+                 {"faux/faux", "local/m1"});
+    CHECK(c.picking());
+    REQUIRE(c.transcript().size() == 1);
+    CHECK(c.transcript()[0].text == "Models:\n1. faux/faux\n2. local/m1");
+    CHECK(c.status_text().find("a number and enter: pick") != std::string::npos);
+    auto r = c.on_enter(" 2 ");
+    CHECK(r.type == tui_command::kind::set_model);
+    CHECK(r.text == "local/m1");
+    CHECK_FALSE(c.picking());
+
+    c.begin_pick(tui_command::kind::resume, "Sessions:", {"a"}, {"/s/a.jsonl"});
+    CHECK(c.on_escape().type == tui_command::kind::none);
+    CHECK_FALSE(c.picking());
+    CHECK(c.transcript().back().text == "Cancelled");
+
+    c.begin_pick(tui_command::kind::resume, "Sessions:", {"a"}, {"/s/a.jsonl"});
+    CHECK(c.on_enter("3").type == tui_command::kind::submit);  // out of range: a message
+    CHECK_FALSE(c.picking());
+}
+
+TEST_CASE("tui: /retry retries now during a backoff, else resends the last failed prompt") {
+    driver d;
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::none);
+    CHECK(d.c.transcript().back().text == "Nothing to retry: no prompt has failed");
+
+    d.c.on_enter("fails");
+    d.ev(agent_start_event{});
+    auto_retry_start_event rs;
+    rs.attempt = 1;
+    rs.max_attempts = 3;
+    rs.delay_ms = 2000;
+    rs.error_message = "503";
+    d.ev(rs);
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::retry_now);
+    d.ev(agent_settled_event{});
+    prompt_result failed;
+    failed.outcome = prompt_result::status::failed;
+    d.c.on_prompt_done("fails", failed);
+    auto again = d.c.on_enter("/retry");
+    CHECK(again.type == tui_command::kind::submit);
+    CHECK(again.text == "fails");
+    CHECK(again.consume);
+    CHECK(d.c.busy());
+    d.ev(agent_settled_event{});
+    d.c.on_prompt_done("fails", prompt_result{});  // it worked this time
+    CHECK(d.c.on_enter("/retry").type == tui_command::kind::none);
+}
+
+TEST_CASE("tui: Esc while streaming puts the queued follow-ups back into the input") {
+    driver d;
+    d.c.on_enter("first");
+    d.ev(agent_start_event{});
+    CHECK(d.c.on_enter("second").queued);
+    CHECK(d.c.on_enter("third").queued);
+    auto esc = d.c.on_escape();
+    CHECK(esc.type == tui_command::kind::abort);
+    CHECK(esc.restore == "second\nthird");
+    CHECK(d.c.queued().empty());
+    d.ev(agent_settled_event{});
+    prompt_result aborted;
+    aborted.outcome = prompt_result::status::aborted;
+    const auto n = d.c.transcript().size();
+    d.c.on_prompt_done("second", aborted);
+    d.c.on_prompt_done("third", aborted);
+    CHECK(d.c.transcript().size() == n);  // not "Queued message dropped"
+    // nothing queued: Esc restores nothing
+    driver e;
+    e.c.on_enter("only");
+    e.ev(agent_start_event{});
+    CHECK(e.c.on_escape().restore.empty());
+}
+
+TEST_CASE("tui: a second Ctrl+C exits only within 2 s of the first") {
+    tui_controller c;
+    CHECK(c.on_ctrl_c(true, t0).type == tui_command::kind::clear_input);
+    REQUIRE(c.next_wakeup());
+    CHECK(*c.next_wakeup() == t0 + 2001ms);
+    CHECK(c.on_ctrl_c(true, t0 + 2000ms).type == tui_command::kind::exit);
+
+    tui_controller late;
+    late.on_ctrl_c(true, t0);
+    CHECK(late.on_ctrl_c(true, t0 + 2001ms).type == tui_command::kind::clear_input);  // re-armed
+    CHECK(late.on_ctrl_c(true, t0 + 2500ms).type == tui_command::kind::exit);
+
+    tui_controller tick;
+    tick.on_ctrl_c(true, t0);
+    tick.on_tick(t0 + 2001ms);  // the hint goes away by itself
+    CHECK(tick.status_text() != "Press Ctrl+C again to exit");
+    CHECK_FALSE(tick.next_wakeup());
+    CHECK(tick.on_ctrl_c(true, t0 + 2100ms).type == tui_command::kind::clear_input);
+}
+
+// ---- the command line (issue 23) -------------------------------------------------------------
+
+TEST_CASE("command line: the model when none is named, settings, then the first key, then faux") {
+    const std::vector<provider_candidate> none{
+        {"anthropic", "claude-sonnet-4-5", ""}, {"openai", "gpt-4.1", ""}, {"local", "m1", ""}};
+    model_selection_settings empty;
+    auto c = choose_model(empty, "default", none);
+    CHECK(c.provider == "faux");
+    CHECK(c.model.empty());
+    CHECK(c.reason == "no API key found: the offline faux provider");
+
+    // the order anthropic, openai, then models.json's providers
+    auto keys = none;
+    keys[2].credential = "/h/models.json (apiKey)";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "local" && c.model == "m1"));
+    CHECK(c.reason == "a key in /h/models.json (apiKey)");
+    keys[1].credential = "OPENAI_API_KEY";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "openai" && c.model == "gpt-4.1"));
+    keys[0].credential = "ANTHROPIC_API_KEY";
+    c = choose_model(empty, "default", keys);
+    CHECK((c.provider == "anthropic" && c.model == "claude-sonnet-4-5"));
+    CHECK(c.reason == "a key in ANTHROPIC_API_KEY");
+
+    // defaultModel alone picks the model of the chosen provider; "provider/id" both
+    model_selection_settings m;
+    m.default_model = "gpt-4o";
+    c = choose_model(m, "/h/settings.json", keys);
+    CHECK((c.provider == "anthropic" && c.model == "gpt-4o"));
+    m.default_model = "openai/gpt-4o";
+    c = choose_model(m, "/h/settings.json", keys);
+    CHECK((c.provider == "openai" && c.model == "gpt-4o"));
+    CHECK(c.reason == "defaultModel in /h/settings.json");
+
+    // defaultProvider wins over the keys, with or without a key of its own
+    model_selection_settings p;
+    p.default_provider = "local";
+    c = choose_model(p, "/p/.coagent/settings.json", keys);
+    CHECK((c.provider == "local" && c.model.empty()));
+    CHECK(c.reason == "defaultProvider in /p/.coagent/settings.json");
+    p.default_model = "m2";
+    c = choose_model(p, "x", none);
+    CHECK((c.provider == "local" && c.model == "m2"));
+
+    const model_info faux_model("faux", "faux", "faux");
+    CHECK(model_choice_line(faux_model, choose_model(empty, "default", none)) ==
+          "coagent: using faux/faux (no API key found: the offline faux provider; "
+          "--provider/--model or defaultProvider choose another)");
+}
+
+TEST_CASE("command line: --list-models filters by provider/id, case-insensitive, aligned") {
+    const std::vector<app_catalog::listed_model> rows{
+        {"faux", "faux", 128000, "not needed"},
+        {"openai", "gpt-4o", 128000, "OPENAI_API_KEY"},
+        {"anthropic", "claude-haiku-4-5", 200000, ""}};
+    CHECK(format_model_list(rows, "") ==
+          "provider   model             context  credential\n"
+          "faux       faux              128000   not needed\n"
+          "openai     gpt-4o            128000   OPENAI_API_KEY\n"
+          "anthropic  claude-haiku-4-5  200000   none\n");
+    CHECK(format_model_list(rows, "OpenAI/") ==
+          "provider  model   context  credential\n"
+          "openai    gpt-4o  128000   OPENAI_API_KEY\n");
+    CHECK(format_model_list(rows, "gemini") == "no model matches \"gemini\"\n");
+}
+
+TEST_CASE("command line: --resume picks by number, anything else is refused") {
+    CHECK(parse_session_choice("1\n", 3) == std::optional<std::size_t>(0));
+    CHECK(parse_session_choice(" 3 \r\n", 3) == std::optional<std::size_t>(2));
+    CHECK_FALSE(parse_session_choice("0", 3));
+    CHECK_FALSE(parse_session_choice("4", 3));
+    CHECK_FALSE(parse_session_choice("", 3));
+    CHECK_FALSE(parse_session_choice("2x", 3));
+    CHECK_FALSE(parse_session_choice("-1", 3));
+
+    std::vector<session_summary> s{{"/s/a.jsonl", {}, "first\nquestion"}, {"/s/b.jsonl", {}, ""}};
+    const std::string list = format_session_choices(s);
+    CHECK(list.find("1. ") == 0);
+    CHECK(list.find("  first question\n2. ") != std::string::npos);
+    CHECK(list.ends_with("  (no message)\n"));
+}
+
+TEST_CASE("tui: the footer shows the session's retries, waste and backoff (issue 22)") {
     tui_controller c;
     c.set_model_label("faux/faux");
     session_usage u;
     CHECK(tui_controller::usage_label(u).empty());
     c.set_usage(u);
-    CHECK(c.status_text().starts_with("faux/faux \u00b7 enter: send"));
+    CHECK(c.footer_text() == "faux/faux");
+    CHECK(c.status_text().starts_with("enter: send"));
     u.retries = 2;
     u.wasted.input = 15;
     u.wasted.output = 3;
@@ -1355,11 +1783,284 @@ TEST_CASE("tui: the status line shows the session's retries, waste and backoff (
     const auto before = c.revision();
     c.set_usage(u);
     CHECK(c.revision() > before);
-    CHECK(c.status_text().starts_with(
-        "faux/faux \u00b7 2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff \u00b7 "
-        "enter: send"));
+    CHECK(c.footer_text() ==
+          "faux/faux \u00b7 2 retries \u00b7 18 tokens wasted \u00b7 3.0 s in backoff");
     u.retries = 1;
     u.wasted.cost.total = 0.0012;
     CHECK(tui_controller::usage_label(u) ==
           "1 retry \u00b7 18 tokens wasted \u00b7 $0.0012 wasted \u00b7 3.0 s in backoff");
+}
+
+TEST_CASE("tui: the working spinner turns every 100 ms and counts the prompt's seconds") {
+    driver d;
+    d.start_prompt("x");
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
+    REQUIRE(d.c.next_wakeup());
+    CHECK(*d.c.next_wakeup() == t0 + 100ms);
+    d.advance(99ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 0s (esc to interrupt)");
+    auto rev = d.c.revision();
+    d.advance(1ms);
+    CHECK(d.c.revision() != rev);  // a new frame
+    CHECK(d.c.loader_text() == "\u2819 Working\u2026 0s (esc to interrupt)");
+    CHECK(*d.c.next_wakeup() == t0 + 200ms);
+    d.advance(2850ms);  // 2950 ms: frame 29 % 10 = 9
+    CHECK(d.c.loader_text() == "\u280f Working\u2026 2s (esc to interrupt)");
+    d.advance(50ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 3s (esc to interrupt)");
+    d.advance(62'000ms);
+    CHECK(d.c.loader_text() == "\u280b Working\u2026 1m 5s (esc to interrupt)");
+    d.settle();
+    CHECK(d.c.loader_text().empty());
+    CHECK_FALSE(d.c.next_wakeup());  // idle: nothing moves
+
+    CHECK(format_elapsed(0) == "0s");
+    CHECK(format_elapsed(59'999) == "59s");
+    CHECK(format_elapsed(60'000) == "1m 0s");
+    CHECK(format_elapsed(3'600'000 + 180'000) == "1h 3m");
+}
+
+TEST_CASE("tui: during a backoff the status line names the limit in words") {
+    CHECK(limit_words(limit_kind::rate) == "rate limited");
+    CHECK(limit_words(limit_kind::capacity) == "provider overloaded");
+    CHECK(limit_words(limit_kind::transport) == "connection lost");
+    CHECK(limit_words(limit_kind::quota) == "usage limit");
+    CHECK(limit_words(limit_kind::billing) == "out of credit");
+    CHECK(limit_words(limit_kind::server) == "provider error");
+    CHECK(limit_words(limit_kind::none).empty());
+
+    driver d;
+    d.start_prompt("x");
+    d.failed_attempt("429 Too Many Requests", true);
+    auto_retry_start_event rs;
+    rs.attempt = 1;
+    rs.max_attempts = 3;
+    rs.delay_ms = 2000;
+    rs.error_message = "429 Too Many Requests";
+    rs.limit = limit_kind::rate;
+    d.ev(rs);
+    CHECK(d.c.status_text() ==
+          "enter: retry now \u00b7 esc: cancel the retry \u00b7 rate limited \u00b7 429 Too Many "
+          "Requests");
+    d.advance(2000ms);
+    d.ev(agent_start_event{});  // the retried attempt: the limit is gone from the status line
+    CHECK(d.c.status_text().find("rate limited") == std::string::npos);
+}
+
+TEST_CASE("tui: the footer has the model, tokens in and out, context use and cost") {
+    model_info m("p", "m", "openai-completions", 200000);
+    const auto with_usage = [](std::string text, token_usage u) {
+        auto m = std::make_shared<message>(*assistant_msg(std::move(text)));
+        m->usage = u;
+        return message_ptr(std::move(m));
+    };
+    token_usage u1;
+    u1.input = 1000;
+    u1.cache_read = 200;
+    u1.output = 300;
+    u1.cost.total = 0.01;
+    token_usage u2;
+    u2.input = 9000;
+    u2.output = 1000;
+    u2.total_tokens = 10'000;
+    u2.cost.total = 0.0023;
+    const auto a1 = with_usage("one", u1), a2 = with_usage("two", u2);
+    const std::vector<message_ptr> history{user_msg("q1"), a1, user_msg("q2"), a2};
+    auto t = totals_of(history, m);
+    CHECK(t.input == 10'200);
+    CHECK(t.output == 1300);
+    CHECK(t.context_tokens == 10'000);  // the last reply's whole context
+    CHECK_FALSE(t.priced);              // the model has no prices: no cost shown
+    CHECK(tui_controller::totals_label(t) == "10k in \u00b7 1.3k out \u00b7 5% of 200k context");
+    m.cost.input = 3;
+    t = totals_of(history, m);
+    CHECK(t.priced);
+    CHECK(tui_controller::totals_label(t) ==
+          "10k in \u00b7 1.3k out \u00b7 5% of 200k context \u00b7 $0.0123");
+    m.context_window = 0;  // unknown window: no percentage
+    CHECK(tui_controller::totals_label(totals_of(history, m)) ==
+          "10k in \u00b7 1.3k out \u00b7 $0.0123");
+
+    tui_controller c;
+    c.set_model_label("p/m");
+    c.set_totals(t);
+    session_usage u;
+    u.retries = 1;
+    c.set_usage(u);
+    CHECK(c.footer_text() ==
+          "p/m \u00b7 10k in \u00b7 1.3k out \u00b7 5% of 200k context \u00b7 $0.0123 \u00b7 1 "
+          "retry");
+    const auto rev = c.revision();
+    c.set_totals(t);  // the same figures: nothing to redraw
+    CHECK(c.revision() == rev);
+
+    // the footer is the live region's last row
+    auto in = live_of(U"", 0, 40);
+    in.footer = "p/m \u00b7 12 in \u00b7 3 out";
+    const auto out = tui::compose_live(in);
+    REQUIRE(out.rows.size() == 5);
+    CHECK(out.rows[3] == screen_row{"st", row_style::status});
+    CHECK(out.rows[4] == screen_row{"p/m \u00b7 12 in \u00b7 3 out", row_style::status});
+}
+
+// ---- Markdown (issue 23) ------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> texts_of(const std::vector<screen_row>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) out.push_back(r.text);
+    return out;
+}
+
+std::vector<screen_row> flat(const std::vector<std::vector<screen_row>>& blocks) {
+    std::vector<screen_row> out;
+    for (const auto& b : blocks) out.insert(out.end(), b.begin(), b.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tui markdown: headings, emphasis, lists, quotes, code, tables and links laid out",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    using ss = tui::span_style;
+    const auto blocks = tui::markdown_blocks(
+        "# Title here\n\nSome *emphasis*, **strong** and `code`, a [link](https://x.org).\n\n"
+        "- one\n- two\n  1. nested\n\n> quoted text\n\n```cpp\nint main() { return 0; }\n```\n\n"
+        "| a | bb |\n|---|----|\n| 1 | 22 |\n\n---\n",
+        40);
+    REQUIRE(blocks.size() == 7);
+    CHECK(texts_of(flat(blocks)) ==
+          std::vector<std::string>{"Title here",
+                                   "",
+                                   "Some emphasis, strong and code, a link",
+                                   "(https://x.org).",
+                                   "",
+                                   "\u2022 one",
+                                   "\u2022 two",
+                                   "  1. nested",
+                                   "",
+                                   "\u2502 quoted text",
+                                   "",
+                                   "  int main() { return 0; }",
+                                   "",
+                                   "\u250c\u2500\u2500\u2500\u252c\u2500\u2500\u2500\u2500\u2510",
+                                   "\u2502 a \u2502 bb \u2502",
+                                   "\u251c\u2500\u2500\u2500\u253c\u2500\u2500\u2500\u2500\u2524",
+                                   "\u2502 1 \u2502 22 \u2502",
+                                   "\u2514\u2500\u2500\u2500\u2534\u2500\u2500\u2500\u2500\u2518",
+                                   "",
+                                   rule_of(40)});
+    // the heading bold as one span; emphasis italic, strong bold, inline code, the link
+    CHECK(blocks[0][0].spans == std::vector<tui::row_span>{{0, 10, ss::bold}});
+    CHECK(blocks[1][1].spans ==
+          std::vector<tui::row_span>{
+              {5, 13, ss::italic}, {15, 21, ss::bold}, {26, 30, ss::code}, {34, 38, ss::link}});
+    CHECK(blocks[1][2].spans == std::vector<tui::row_span>{{0, 15, ss::dim}});  // the url
+    // fenced code: its own style, indented, never re-flowed
+    CHECK(blocks[4][1].spans == std::vector<tui::row_span>{{2, 26, ss::code}});
+    // the table's header is bold
+    CHECK(blocks[5][2].spans[1] == tui::row_span{4, 5, ss::bold});
+
+    // a paragraph wraps at words with its styles kept; a code line longer than the row is cut
+    const auto narrow = tui::markdown_blocks("**two words** here\n\n    abcdefghij\n", 8);
+    CHECK(texts_of(narrow[0]) == std::vector<std::string>{"two", "words", "here"});
+    CHECK(narrow[0][0].spans == std::vector<tui::row_span>{{0, 3, ss::bold}});
+    CHECK(texts_of(narrow[1]) == std::vector<std::string>{"", "  abcdef", "  ghij"});
+}
+
+TEST_CASE("tui markdown: escape sequences from the model stay neutralised", "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    const auto blocks = tui::markdown_blocks(
+        "red \x1b[31mtext\x1b[0m &#27;[2J\n\n```\ncode \x1b]0;title\x07\n```\n", 40);
+    for (const auto& r : flat(blocks)) {
+        INFO(r.text);
+        CHECK(r.text.find('\x1b') == std::string::npos);
+        CHECK(r.text.find('\x07') == std::string::npos);
+    }
+    CHECK(blocks[0][0].text == "red \ufffd[31mtext\ufffd[0m \ufffd[2J");
+}
+
+TEST_CASE("tui markdown: a streaming reply commits each finished block once, the last stays live",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    tui::transcript_printer p;
+    p.set_markdown(true);
+    std::vector<transcript_item> items{{kind::assistant, "# Head"}};
+    std::vector<screen_row> commit, live;
+    p.collect(items, true, 40, commit, live);
+    CHECK(commit.empty());
+    CHECK(texts_of(live) == std::vector<std::string>{"Head"});
+
+    items[0].text += "\n\nfirst *para";  // the heading is complete: printed for good
+    p.collect(items, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"Head"});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "first *para"});
+
+    commit.clear();
+    items[0].text += "graph* done\n\n- item";
+    p.collect(items, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"", "first paragraph done"});
+    CHECK(commit[1].spans == std::vector<tui::row_span>{{6, 15, tui::span_style::italic}});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "\u2022 item"});
+
+    commit.clear();
+    p.collect(items, true, 40, commit, live);
+    CHECK(commit.empty());  // nothing is printed twice
+
+    p.collect(items, false, 40, commit, live);  // the reply ended: the last block too
+    CHECK(texts_of(commit) == std::vector<std::string>{"", "\u2022 item"});
+    CHECK(live.empty());
+
+    // a list ends at a blank line too: what follows it does not keep it live
+    tui::transcript_printer lp;
+    lp.set_markdown(true);
+    std::vector<transcript_item> li{{kind::assistant, "- one\n- two\n\npara one\n\npara"}};
+    commit.clear();
+    lp.collect(li, true, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"\u2022 one", "\u2022 two", "", "para one"});
+    CHECK(texts_of(live) == std::vector<std::string>{"", "para"});
+    // a line that follows a block directly may still change it: both stay live
+    li[0].text += "\n| a |\n|---|\n|";
+    commit.clear();
+    lp.collect(li, true, 40, commit, live);
+    CHECK(commit.empty());
+
+    // off: the text as written
+    tui::transcript_printer plain;
+    commit.clear();
+    std::vector<transcript_item> md{{kind::assistant, "**bold**"}};
+    plain.collect(md, false, 40, commit, live);
+    CHECK(texts_of(commit) == std::vector<std::string>{"**bold**"});
+}
+
+TEST_CASE("tui markdown: streamed in pieces, the rows printed equal the whole reply's layout",
+          "[tui][markdown]") {
+    REQUIRE(utf8_locale);
+    const std::string doc =
+        "# Title\n\nA paragraph with **bold\ntext** over two lines.\n\n- one\n- two\n\n  still "
+        "two\n\n"
+        "```\ncode 1\n\ncode 2\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> quote\n> more\n\nend";
+    for (const std::string& text :
+         {doc, [&] {
+              std::string crlf;  // CR LF line ends: no offsets, the whole text each time
+              for (char ch : doc) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+              return crlf;
+          }()}) {
+        for (std::size_t step : {1u, 7u, 50u}) {
+            INFO("step " << step << (text.find('\r') != std::string::npos ? " CRLF" : " LF"));
+            tui::transcript_printer p;
+            p.set_markdown(true);
+            std::vector<transcript_item> items{{kind::assistant, ""}};
+            std::vector<screen_row> printed, live;
+            for (std::size_t at = 0; at < text.size(); at += step) {
+                items[0].text = text.substr(0, at + step);
+                p.collect(items, true, 30, printed, live);
+            }
+            p.collect(items, false, 30, printed, live);
+            CHECK(live.empty());
+            CHECK(texts_of(printed) == texts_of(flat(tui::markdown_blocks(doc, 30))));
+        }
+    }
 }

@@ -11,6 +11,7 @@
 #    holder (--session FILE and --continue), and racing writers keep every line whole.
 # Usage: concurrent_writers.sh <coagent> <coagent_crash_helper>
 set -uo pipefail
+exec </dev/null  # a stdin that is not a terminal would be read as the prompt
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 procs=${COAGENT_WRITERS_PROCESSES:-6}
@@ -36,7 +37,7 @@ for p in $(seq 1 "$procs"); do
     done
     echo '{"id":"state","type":"get_state"}'
   } > "cmds$p.jsonl"
-  "$COAGENT" --mode rpc --no-session <"cmds$p.jsonl" >"out$p.jsonl" 2>"err$p.txt" &
+  "$COAGENT" --provider faux --mode rpc --no-session <"cmds$p.jsonl" >"out$p.jsonl" 2>"err$p.txt" &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid" || fail "a coagent --mode rpc process exited with an error"; done
@@ -83,18 +84,18 @@ echo "auth.json: $procs processes x $rounds blocks: $(cat check-auth.txt), reade
 # for one file take turns, and every line of the file stays whole.
 export COAGENT_DIR="$work/home-sessions"  # no settings.json: nothing else on stderr
 sess="$work/sessions"
-"$COAGENT" -p first --session-dir "$sess" --faux-script '[{"text":"one"}]' >/dev/null 2>first-err.txt || fail "first session: $(cat first-err.txt)"
+"$COAGENT" --provider faux -p first --session-dir "$sess" --faux-script '[{"text":"one"}]' >/dev/null 2>first-err.txt || fail "first session: $(cat first-err.txt)"
 file=$(ls "$sess"/*.jsonl)
-coproc HOLD { exec "$COAGENT" --mode rpc --session "$file" 2>hold-err.txt; }
+coproc HOLD { exec "$COAGENT" --provider faux --mode rpc --session "$file" 2>hold-err.txt; }
 holder=$HOLD_PID
 read -r -t 30 -u "${HOLD[0]}" line
 [ "$line" = '{"type":"ready"}' ] || fail "the holder did not start: $line $(cat hold-err.txt)"
 size_before=$(stat -c %s "$file")
-"$COAGENT" --mode rpc --session "$file" --session-dir "$sess" </dev/null >second-out.txt 2>second-err.txt; rc=$?
+"$COAGENT" --provider faux --mode rpc --session "$file" --session-dir "$sess" </dev/null >second-out.txt 2>second-err.txt; rc=$?
 [ $rc = 2 ] || fail "a second process on the same --session FILE exited $rc, not 2"
 [ "$(cat second-err.txt)" = "coagent: $file: in use by process $holder" ] || fail "second process: $(cat second-err.txt)"
 [ ! -s second-out.txt ] || fail "the refused process wrote to stdout: $(cat second-out.txt)"
-"$COAGENT" -p again --continue --session-dir "$sess" --faux-script '[{"text":"two"}]' >cont-out.txt 2>cont-err.txt; rc=$?
+"$COAGENT" --provider faux -p again --continue --session-dir "$sess" --faux-script '[{"text":"two"}]' >cont-out.txt 2>cont-err.txt; rc=$?
 [ $rc = 2 ] || fail "--continue on a session in use exited $rc, not 2"
 [ "$(cat cont-err.txt)" = "coagent: $file: in use by process $holder" ] || fail "--continue: $(cat cont-err.txt)"
 [ "$(ls "$sess" | wc -l)" = 1 ] || fail "--continue created another session file: $(ls "$sess")"
@@ -108,7 +109,7 @@ wait "$holder" || fail "the holder exited with an error: $(cat hold-err.txt)"
 racers=${COAGENT_SESSION_RACERS:-6}
 pids=()
 for r in $(seq 1 "$racers"); do
-  "$COAGENT" -p "race $r" --session "$file" --faux-script "[{\"text\":\"reply $r $(head -c 3000 /dev/zero | tr '\0' x)\"}]" >race$r-out.txt 2>race$r-err.txt &
+  "$COAGENT" --provider faux -p "race $r" --session "$file" --faux-script "[{\"text\":\"reply $r $(head -c 3000 /dev/zero | tr '\0' x)\"}]" >race$r-out.txt 2>race$r-err.txt &
   pids+=($!)
 done
 ran=0

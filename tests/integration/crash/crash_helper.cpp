@@ -12,13 +12,28 @@
 //   json-get FILE KEY                   prints the value at dotted KEY of the JSON file FILE
 //   watch FILE MS                       reads FILE over and over for MS ms: it must always
 //                                       exist and parse as a JSON object (atomic replacement)
+//   tool-session new DIR SIDE           a session in DIR on the faux provider whose first reply
+//                                       calls the slow test tool `slow_side_effect` (it appends a
+//                                       line to SIDE, prints "tool started", then waits 60 s;
+//                                       resumed: at once);
+//                                       the script kills it during the tool
+//   tool-session continue FILE SIDE [idempotent]
+//                                       resumes FILE with the same tool registered (idempotent
+//                                       or not) and prompts "after the crash"; prints the roles
+//                                       and texts of the request sent, then the reply (issue 21)
 //
 // Exit 0 when the check holds; 1 with the reason on stderr otherwise.
 
+#include <coagent/providers/faux_provider.hpp>
 #include <coagent/providers/file_auth_storage.hpp>
+#include <coagent/session/agent_session.hpp>
 #include <coagent/session/history.hpp>
 #include <coagent/session/settings_store.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -207,6 +222,66 @@ int watch(const fs::path& file, int ms) {
 
 }  // namespace
 
+// the slow test tool: its side effect first (one line a run), then (`slow`) a long wait
+tool_function slow_side_effect(fs::path side, bool slow) {
+    return [side, slow](json::object) -> boost::asio::awaitable<tool_output> {
+        {
+            std::ofstream out(side, std::ios::app);
+            out << "run\n";
+        }
+        std::cout << "tool started" << std::endl;
+        if (slow) {
+            boost::asio::steady_timer t(co_await boost::asio::this_coro::executor);
+            t.expires_after(std::chrono::seconds(60));
+            co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        co_return tool_output{"side effect done", false};
+    };
+}
+
+int tool_session(const std::vector<std::string>& a) {
+    const bool resume = a[1] == "continue";
+    const bool idempotent = a.size() == 5 && a[4] == "idempotent";
+    boost::asio::io_context io;
+    faux_options fo;
+    fo.script = faux_script::parse(
+        resume ? R"([{"text":"resumed"}])"
+               : R"([{"toolCall":{"name":"slow_side_effect","arguments":{}}},{"text":"late"}])",
+        "<crash helper>");
+    auto faux = std::make_shared<faux_provider>(std::move(fo));
+    session_options so;
+    so.executor = io.get_executor();
+    so.model_provider = faux;
+    so.cwd = "/";
+    if (resume)
+        so.resume_file = a[2];
+    else
+        so.session_dir = a[2];
+    agent_session session(std::move(so));
+    session.register_tool({"slow_side_effect", "appends a line to a file, then waits", {}},
+                          slow_side_effect(a[3], !resume), tool_options{idempotent});
+    std::optional<prompt_result> result;
+    std::exception_ptr failure;
+    boost::asio::co_spawn(io, session.prompt(resume ? "after the crash" : "run the tool"),
+                          [&](std::exception_ptr e, prompt_result r) {
+                              failure = e;
+                              result = std::move(r);
+                          });
+    io.run();
+    if (failure) std::rethrow_exception(failure);
+    for (const auto& r : faux->requests()) {
+        std::cout << "request:";
+        for (const auto& m : r.messages) std::cout << " " << m.role;
+        std::cout << "\n";
+        for (const auto& m : r.messages)
+            if (m.role == "toolResult") std::cout << "toolResult: " << m.text << "\n";
+    }
+    if (!result || result->outcome != prompt_result::status::succeeded)
+        return fail("the prompt did not succeed: " + (result ? result->error : "no result"));
+    std::cout << "reply: " << text_of(*result->last_assistant) << std::endl;
+    return 0;
+}
+
 int main(int argc, char** argv) {
     const std::vector<std::string> a(argv + 1, argv + argc);
     try {
@@ -216,11 +291,16 @@ int main(int argc, char** argv) {
             return check_auth(a[1], {a.begin() + 2, a.end()});
         if (a.size() == 3 && a[0] == "json-get") return json_get(a[1], a[2]);
         if (a.size() == 3 && a[0] == "watch") return watch(a[1], std::stoi(a[2]));
+        if ((a.size() == 4 || a.size() == 5) && a[0] == "tool-session" &&
+            (a[1] == "new" || a[1] == "continue"))
+            return tool_session(a);
     } catch (const std::exception& e) {
         return fail(e.what());
     }
-    std::cerr << "usage: coagent_crash_helper check-session EVENTS FILE | auth-hammer FILE "
-                 "PROVIDER ROUNDS | "
-                 "check-auth FILE RECORDS... | json-get FILE KEY | watch FILE MS\n";
+    std::cerr
+        << "usage: coagent_crash_helper check-session EVENTS FILE | auth-hammer FILE "
+           "PROVIDER ROUNDS | "
+           "check-auth FILE RECORDS... | json-get FILE KEY | watch FILE MS | tool-session new DIR "
+           "SIDE | tool-session continue FILE SIDE [idempotent]\n";
     return 2;
 }

@@ -16,6 +16,7 @@
 # leaves an empty file. It must load as an empty session: the empty files are checked and
 # continued with `coagent --session FILE` like the others.
 set -uo pipefail
+exec </dev/null  # a stdin that is not a terminal would be read as the prompt
 COAGENT=$(realpath "$1")
 HELPER=$(realpath "$2")
 iterations=${COAGENT_KILL9_ITERATIONS:-40}
@@ -68,7 +69,7 @@ for i in $(seq 1 "$iterations"); do
   # kill at 0 ms could otherwise leave no file for the grep below
   : >"$dir/events.jsonl"
   : >"$dir/stderr.txt"
-  "$COAGENT" --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
+  "$COAGENT" --provider faux --mode rpc --session-dir "$dir/sessions" --faux-script "$dir/script.json" \
     <"$dir/in" >"$dir/events.jsonl" 2>"$dir/stderr.txt" &
   pid=$!
   # the commands, then stdin stays open until the kill
@@ -106,7 +107,7 @@ for i in $(seq 1 "$iterations"); do
   fi
   killed_with_entries=$((killed_with_entries + 1))
   # and coagent itself continues the session from it
-  out=$("$COAGENT" --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
+  out=$("$COAGENT" --provider faux --session "$file" -p "after the crash" --faux-script '[{"text":"resumed"}]' 2>"$dir/resume.err")
   rc=$?
   if [ $rc != 0 ] || [ "$out" != "resumed" ]; then
     echo "FAILED it$i: coagent --session FILE exit $rc, stdout '$out': $(cat "$dir/resume.err")" >&2
@@ -114,5 +115,61 @@ for i in $(seq 1 "$iterations"); do
   fi
   rm -rf "$dir"
 done
+# Issue 21: kill -9 while a tool runs (the slow test tool of coagent_crash_helper), then continue.
+# The next prompt succeeds, the provider gets no dangling tool call (the call has the interrupted
+# result before the new prompt), and the tool's side-effect file shows one run, unless the tool
+# is registered idempotent (then it runs once more on resume); `coagent --session FILE` (which
+# registers no tools) continues such a file the same way.
+interrupted="Tool slow_side_effect was interrupted before it finished; it was not run again."
+for variant in plain idempotent coagent; do
+  tdir="$work/tool-$variant"
+  mkdir -p "$tdir/sessions"
+  side="$tdir/side-effect.txt"
+  "$HELPER" tool-session new "$tdir/sessions" "$side" >"$tdir/new.txt" 2>"$tdir/new.err" &
+  pid=$!
+  for _ in $(seq 1 400); do  # until the tool runs, at most 20 s
+    grep -q "tool started" "$tdir/new.txt" && break
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  files=("$tdir"/sessions/*.jsonl)
+  if ! grep -q "tool started" "$tdir/new.txt" || [ ! -s "${files[0]}" ]; then
+    echo "FAILED tool-$variant: the tool did not start: $(cat "$tdir/new.err")" >&2
+    failed=$((failed+1)); continue
+  fi
+  case $variant in
+    plain) "$HELPER" tool-session continue "${files[0]}" "$side" >"$tdir/cont.txt" 2>&1 ;;
+    idempotent) "$HELPER" tool-session continue "${files[0]}" "$side" idempotent >"$tdir/cont.txt" 2>&1 ;;
+    coagent)
+      "$COAGENT" --provider faux --session "${files[0]}" -p "after the crash" --faux-script '[{"text":"resumed"}]' \
+        --faux-log "$tdir/faux.log" >"$tdir/reply.txt" 2>"$tdir/cont.err"
+      rc=$?
+      { echo "exit $rc"; cat "$tdir/reply.txt"; cat "$tdir/faux.log"; } >"$tdir/cont.txt" ;;
+  esac
+  rc=$?
+  runs=$(grep -c '^run$' "$side")
+  want_runs=1
+  [ "$variant" = idempotent ] && want_runs=2
+  ok=1
+  case $variant in
+    plain)
+      [ $rc = 0 ] && grep -qx "request: user assistant toolResult user" "$tdir/cont.txt" &&
+        grep -qxF "toolResult: $interrupted" "$tdir/cont.txt" && grep -qx "reply: resumed" "$tdir/cont.txt" || ok=0 ;;
+    idempotent)
+      [ $rc = 0 ] && grep -qx "request: user assistant toolResult user" "$tdir/cont.txt" &&
+        grep -qx "toolResult: side effect done" "$tdir/cont.txt" && grep -qx "reply: resumed" "$tdir/cont.txt" || ok=0 ;;
+    coagent)
+      grep -qx "exit 0" "$tdir/cont.txt" && grep -qx "resumed" "$tdir/reply.txt" &&
+        grep -qF '{"role":"assistant","text":"","stopReason":"toolUse"},{"role":"toolResult","text":"'"$interrupted"'"},{"role":"user","text":"after the crash"}' "$tdir/faux.log" || ok=0 ;;
+  esac
+  if [ "$ok" != 1 ] || [ "$runs" != "$want_runs" ]; then
+    echo "FAILED tool-$variant: $runs runs of the tool (want $want_runs); continue printed:" >&2
+    cat "$tdir/cont.txt" "$tdir/cont.err" >&2 2>/dev/null
+    failed=$((failed+1)); continue
+  fi
+  echo "kill9: tool-$variant: killed during the tool, continued, the tool ran $runs time(s)"
+done
+
 echo "kill9: $iterations kills, $killed_with_entries session files checked, $published_total message_end events published in all, $empty_files of them empty (killed before the first entry; loaded and continued as empty sessions unless COAGENT_KILL9_STRICT_EMPTY=0), $failed failed"
 [ "$failed" = 0 ]

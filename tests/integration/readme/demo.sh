@@ -25,7 +25,7 @@ grep -qF -- "echo \"\\\$ $cmd\"" scripts/demo.sh || fail "scripts/demo.sh does n
 grep -qxF -- "$cmd" scripts/demo.sh || fail "scripts/demo.sh does not run: $cmd"
 
 run=${cmd/build\/bin\/coagent/$COAGENT}
-actual=$(bash -c "$run" 2>&1)
+actual=$(bash -c "$run" 2>&1 </dev/null)  # a piped stdin would join the prompt
 if [ "$actual" != "$expected" ]; then
   fail "the README's output differs from what the command prints"
   echo "--- README" >&2; printf '%s\n' "$expected" >&2

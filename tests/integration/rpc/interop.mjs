@@ -54,7 +54,7 @@ async function withClient(settings, script, body, extraArgs = []) {
         cliPath: join(here, "cli.js"),
         cwd: dir,
         env: { COAGENT_BIN: coagentBin, COAGENT_DIR: dir, HOME: dir },
-        args: ["--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
+        args: ["--provider", "faux", "--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
     });
     const events = [];
     try {
@@ -83,6 +83,7 @@ function report(e) {
 }
 
 // 1. two errors, then success
+const nothing = { textChars: 0, thinkingChars: 0, toolCalls: 0 };
 await withClient(
     { retry: { baseDelayMs: 100 } },
     [{ error: overloaded, status: 503, times: 2 }, { text: "Hello from coagent" }],
@@ -92,9 +93,10 @@ await withClient(
         await settled;
         const starts = events.filter((e) => e.type === "auto_retry_start");
         assert.deepEqual(starts, [
-            // the reference's fields, plus coagent's extra `limit` (the kind of limit)
-            { type: "auto_retry_start", attempt: 1, maxAttempts: 3, delayMs: 100, errorMessage: overloaded, limit: "capacity" },
-            { type: "auto_retry_start", attempt: 2, maxAttempts: 3, delayMs: 200, errorMessage: overloaded, limit: "capacity" },
+            // the reference's fields, plus coagent's extras `limit` (the kind of limit) and
+            // `discarded` (what the failed attempt had streamed: nothing here)
+            { type: "auto_retry_start", attempt: 1, maxAttempts: 3, delayMs: 100, errorMessage: overloaded, limit: "capacity", discarded: nothing },
+            { type: "auto_retry_start", attempt: 2, maxAttempts: 3, delayMs: 200, errorMessage: overloaded, limit: "capacity", discarded: nothing },
         ]);
         const ends = events.filter((e) => e.type === "auto_retry_end");
         assert.deepEqual(ends, [{ type: "auto_retry_end", success: true, attempt: 2 }]);

@@ -3,6 +3,7 @@
 // real pipes on a private io_context, a fresh COAGENT_DIR per test, and waits on lines,
 // events and exits bounded by a real-time cap (a hang fails the test; nothing sleeps).
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/write.hpp>
@@ -85,7 +86,11 @@ struct rpc_env {
     fs::path settings_file() const { return dir.path / "settings.json"; }
     fs::path sessions() const { return dir.path / "sessions"; }
     std::map<std::string, std::string> vars() const {
-        return {{"COAGENT_DIR", dir.path.string()}, {"HOME", dir.path.string()}};
+        // no developer's key reaches a test: an unnamed provider is then faux, never the network
+        return {{"COAGENT_DIR", dir.path.string()},
+                {"HOME", dir.path.string()},
+                {"OPENAI_API_KEY", ""},
+                {"ANTHROPIC_API_KEY", ""}};
     }
     json::object settings() const { return json::parse(read_file(settings_file())).as_object(); }
 };
@@ -146,6 +151,14 @@ class rpc_process {
                 std::optional<fs::path> cwd = std::nullopt)
         : in_(io_), out_(io_), err_(io_) {
         std::vector<std::string> argv{"--mode", "rpc"};
+        // the faux provider, named, unless the test chooses the model (or resumes a session,
+        // whose recorded model is what it checks)
+        const auto names = [&](std::string_view flag) {
+            return std::find(args.begin(), args.end(), flag) != args.end();
+        };
+        if (!names("--provider") && !names("--model") && !names("--session") &&
+            !names("--continue"))
+            argv.insert(argv.end(), {"--provider", "faux"});
         argv.insert(argv.end(), args.begin(), args.end());
         bp::environment e = boost::this_process::environment();
         for (const auto& [k, v] : env.vars()) e[k] = v;

@@ -6,7 +6,7 @@ start_coagent '[{"text":"alpha beta gamma delta epsilon zeta","stallMs":60000},{
 
 type_line "stream please"
 wait_for "alpha beta gamma"
-wait_for "Working… (esc to interrupt)"
+wait_for "Working…"
 T send-keys -t main Escape
 wait_for "Aborted"
 wait_gone "Working…"

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib.sh" "$1"
 start_coagent '[{"text":"First answer.","delayMs":2000},{"text":"Second answer."}]'
 
 type_line "first question"
-wait_for "Working… (esc to interrupt)"
+wait_for "Working…"
 type_line "second question"
 wait_for "Queued: second question"
 wait_for "1 queued"

@@ -3,8 +3,13 @@
 # characters laid out by display width; escape sequences from a model shown harmlessly; resize.
 source "$(dirname "$0")/lib.sh" "$1"
 
-# not a terminal and no -p: a clear message, exit 2
-out=$("$COAGENT" --no-session < /dev/null 2>&1); rc=$?
+# not a terminal, an empty stdin and no prompt: a usage line, exit 2
+out=$("$COAGENT" --provider faux --no-session < /dev/null 2>&1); rc=$?
+expect [ "$rc" = 2 ]
+expect [ "$out" = "coagent: no prompt: stdin is not a terminal and gave no text
+usage: coagent [OPTIONS] [MESSAGE] | coagent -p MESSAGE | echo MESSAGE | coagent | coagent --mode rpc   (coagent --help for the flags)" ]
+# --mode interactive without a terminal: the old message
+out=$("$COAGENT" --provider faux --no-session --mode interactive < /dev/null 2>&1); rc=$?
 expect [ "$rc" = 2 ]
 expect [ "$out" = "coagent: not a terminal. Use -p MESSAGE for one prompt, or --mode rpc to drive coagent over JSON lines." ]
 
@@ -59,8 +64,8 @@ wait_for "中文字符测试中文字符测试中文字"
 expect [ "$(screen | grep -c 'enter: send')" = 1 ]
 expect [ "$(screen | grep -c '^> *$')" = 1 ]
 
-# /retry off: persisted to the global settings, and the next retryable error is final
-type_line "/retry off"
+# /autoretry off: persisted to the global settings, and the next retryable error is final
+type_line "/autoretry off"
 wait_for "Auto-retry is off (saved to"
 expect grep -q '"enabled": *false' "$COAGENT_DIR/settings.json"
 type_line "fails"

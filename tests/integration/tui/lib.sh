@@ -22,7 +22,9 @@ trap cleanup EXIT
 
 settings() { printf '%s' "$1" > "$COAGENT_DIR/settings.json"; }
 
-# start_coagent SCRIPT_JSON [WIDTH HEIGHT]: coagent on the faux provider, waits for its screen
+# start_coagent SCRIPT_JSON [WIDTH HEIGHT]: coagent on the faux provider (named: a developer's
+# key never sends a test to the network), waits for its screen. $COAGENT_ARGS replaces the
+# default --no-session (a first message, --resume); $START_TEXT what to wait for.
 start_coagent() {
   printf '%s' "$1" > "$work/script.json"
   local w=${2:-100} h=${3:-30}
@@ -31,10 +33,10 @@ start_coagent() {
   local ubsan="${UBSAN_OPTIONS:-}${UBSAN_OPTIONS:+:}log_path=$work/ubsan"
   T -f /dev/null new-session -d -s main -x "$w" -y "$h" -c "$work" \
     "env COAGENT_DIR='$COAGENT_DIR' LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=tmux-256color ASAN_OPTIONS='$asan' UBSAN_OPTIONS='$ubsan' \
-     '$COAGENT' --no-session --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
+     '$COAGENT' --provider faux ${COAGENT_ARGS:---no-session} --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
      echo \"EXIT=\$?\"; sleep 600"
   T set-option -t main history-limit 5000 >/dev/null
-  wait_for "Enter sends"
+  wait_for "${START_TEXT:-Enter sends}"
 }
 
 screen() { T capture-pane -p -t main; }          # what is visible now

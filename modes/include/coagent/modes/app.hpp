@@ -22,15 +22,16 @@ enum class app_mode { interactive, print, json, rpc };
 
 struct app_options {
     app_mode mode = app_mode::interactive;
-    std::optional<std::string> message;  // -p
-    std::string provider = "faux";
-    std::string model;  // empty: the provider's default
+    std::optional<std::string> message;  // -p, MESSAGE or stdin (interactive: the first prompt)
+    std::string provider;  // empty: chosen by choose_model (settings, credentials, else faux)
+    std::string model;     // empty: the provider's default
     /// --provider or --model was given: it wins over the model a resumed session recorded.
     bool model_explicit = false;
     std::optional<std::string> faux_script;
     std::optional<std::filesystem::path> faux_log;
     std::int64_t faux_context_window = 128000;
     bool no_session = false;
+    bool no_markdown = false;  ///< --no-markdown: the terminal UI shows replies as plain text
     std::optional<std::filesystem::path> session_dir;
     bool continue_last = false;
     std::optional<std::filesystem::path> session_file;
@@ -60,6 +61,33 @@ class config_error : public std::runtime_error {
 class models_config;
 class file_auth_storage;
 
+/// A provider as the model choice sees it: its name, its first model, and where its
+/// credential is ("ANTHROPIC_API_KEY", "auth.json", "models.json apiKey"; empty: none).
+struct provider_candidate {
+    std::string name;
+    std::string first_model;
+    std::string credential;
+};
+
+/// The model a run uses when the command line names none (docs/settings.md "Choosing the
+/// model"): `provider`/`model` (empty model: the provider's first) and why, in words.
+struct model_choice {
+    std::string provider;
+    std::string model;
+    std::string reason;
+};
+
+/// The choice: defaultProvider / defaultModel of the settings (`origin`: the file that set
+/// them) when set (defaultModel may be "provider/id"); otherwise the first candidate with a
+/// credential — `candidates` come in the order anthropic, openai, then models.json's
+/// providers in file order — with its first model (or defaultModel, when only that is set);
+/// faux when none has a credential. Plain code: no I/O.
+model_choice choose_model(const model_selection_settings& defaults, std::string_view origin,
+                          const std::vector<provider_candidate>& candidates);
+
+/// The line that says which model is in use and why: "coagent: using anthropic/claude… (…)".
+std::string model_choice_line(const model_info& m, const model_choice& c);
+
 /// The models of $COAGENT_DIR/models.json (and the built-ins) plus faux, for RPC set_model,
 /// get_available_models and the model fallback. models.json and auth.json are read on first
 /// use (a faux-only run never touches them); providers are built once and shared.
@@ -69,12 +97,28 @@ class app_catalog final : public model_catalog {
                 std::shared_ptr<provider> faux);
     ~app_catalog() override;
 
+    /// The faux provider that "faux" names (built from the command line's --faux-* flags).
+    void set_faux(std::shared_ptr<provider> faux) { faux_ = std::move(faux); }
+
     /// Throws config_error: unknown provider or model, broken models.json / auth.json, no key.
     std::shared_ptr<provider> make(std::string_view provider_name, std::string_view model_id);
     std::shared_ptr<provider> resolve(std::string_view provider_name, std::string_view model_id,
                                       std::string& error) override;
     /// faux, then every model of models.json (and the built-ins) whose provider has a key.
     std::vector<model_info> available() override;
+
+    /// Every provider of models.json and the built-ins in choose_model's order (anthropic,
+    /// openai, then the file's), with where its credential is. Throws config_error.
+    std::vector<provider_candidate> candidates();
+
+    /// One row of --list-models.
+    struct listed_model {
+        std::string provider, id;
+        std::int64_t context_window = 0;
+        std::string credential;  // empty: none
+    };
+    /// faux, then every model of every provider, with or without a credential.
+    std::vector<listed_model> list();
 
   private:
     void load();
@@ -106,9 +150,16 @@ class app_context {
     const app_options& options() const noexcept { return opts_; }
     settings_store& settings_layers() noexcept { return store_; }
     std::shared_ptr<provider> model_provider() const noexcept { return provider_; }
+    /// How the model was chosen when the command line named none (else nullopt).
+    const std::optional<model_choice>& choice() const noexcept { return choice_; }
     const std::shared_ptr<app_catalog>& catalog() const noexcept { return catalog_; }
     const std::filesystem::path& dir() const noexcept { return dir_; }
     std::filesystem::path sessions_dir() const;
+    /// The session file the first make_session(true) resumes (--resume's pick).
+    void set_session_file(std::filesystem::path file) {
+        opts_.session_file = std::move(file);
+        opts_.continue_last = false;
+    }
 
     /// The toggle of docs/architecture.md "Configuration" (TUI and RPC alike): sets the boolean
     /// setting `key` ("retry.enabled", "compaction.enabled") as a runtime override, so that the
@@ -127,20 +178,46 @@ class app_context {
     settings_store store_;
     std::shared_ptr<app_catalog> catalog_;
     std::shared_ptr<provider> provider_;
+    std::optional<model_choice> choice_;
     std::shared_ptr<spdlog::logger> trace_log_;  // the span records' file, opened once
     // compiles the classifier while the constructor loads settings (members start before the
     // constructor's body runs); declared last, so joined first at destruction
     std::jthread classifier_warm_up_{warm_up_classifier};
 };
 
+/// --list-models: the rows whose "provider/id" contains `pattern` (case-insensitive), as an
+/// aligned table with a header; a line saying so when none matches.
+std::string format_model_list(const std::vector<app_catalog::listed_model>& rows,
+                              std::string_view pattern);
+
 /// The model a session file's history says the conversation was held on: the last
 /// model_change entry that is not a fallback's temporary switch, else the model of its first
 /// assistant reply; nothing for a session without either.
 std::optional<std::pair<std::string, std::string>> recorded_model(const session_history& h);
 
+/// A session file of this directory, for --resume and /resume.
+struct session_summary {
+    std::filesystem::path file;
+    std::filesystem::file_time_type modified;
+    std::string first_prompt;  ///< the first user message ("" if none)
+};
+/// The `max` latest session files in `dir` whose header cwd is `cwd`, newest first.
+std::vector<session_summary> recent_sessions(const std::filesystem::path& dir,
+                                             const std::string& cwd, std::size_t max);
+/// One session as a person picks it: "2026-12-01 16:03  <first message, on one line>".
+std::string session_choice_label(const session_summary& s);
+/// The numbered list a person picks from: "1. 2026-12-01 16:03  <first message>", one a line.
+std::string format_session_choices(const std::vector<session_summary>& sessions);
+/// The index an answer ("2", " 2\n") picks among `count` choices; nullopt for anything else.
+std::optional<std::size_t> parse_session_choice(std::string_view answer, std::size_t count);
+
 /// The latest session file in `dir` whose header cwd is `cwd` (by modification time).
 std::optional<std::filesystem::path> latest_session_file(const std::filesystem::path& dir,
                                                          const std::string& cwd);
+
+/// The terminal UI's /settings: each retry.* key as "retry.maxRetries = 5  (<where>)", where
+/// is the file that set it, "this session" for a runtime override, or "default".
+std::vector<std::string> effective_retry_settings(const settings_store& store);
 
 /// print / json mode: one prompt; returns the process exit code (0 ok, 1 error, 130 interrupted).
 int run_print_mode(app_context& app);

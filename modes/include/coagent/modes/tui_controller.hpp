@@ -21,6 +21,22 @@ namespace coagent {
 
 // ---- the event controller ------------------------------------------------------------------
 
+/// The footer's figures over the session (issue 23): tokens in and out, the context the last
+/// reply used out of the model's window, and the cost when the model has prices.
+struct session_totals {
+    std::int64_t input = 0, output = 0;  ///< summed over the replies (cache reads in input)
+    std::int64_t context_tokens = 0;     ///< the last reply's whole context
+    std::int64_t context_window = 0;     ///< 0: unknown
+    double cost = 0;
+    bool priced = false;  ///< the model has prices
+};
+/// The totals of `messages` (a session's history) on model `m`.
+session_totals totals_of(const std::vector<message_ptr>& messages, const model_info& m);
+
+/// A limit kind in words for the status line: "rate limited", "provider overloaded",
+/// "connection lost", "usage limit", …; "" for none.
+std::string_view limit_words(limit_kind k) noexcept;
+
 /// What Esc does right now.
 enum class esc_action {
     none,         ///< idle: nothing to interrupt
@@ -43,6 +59,24 @@ struct transcript_item {
     std::string text;
 };
 
+/// A slash command of the terminal UI (docs/tui.md "Commands"), for /help and Tab.
+struct slash_command_info {
+    std::string_view name;  ///< "/model"
+    std::string_view args;  ///< "[provider/id]"
+    std::string_view help;  ///< what it does
+};
+/// Every slash command, in the order /help lists them.
+const std::vector<slash_command_info>& slash_commands();
+
+/// Tab on the input: the completion of a slash command's name.
+struct completion {
+    std::string text;                     ///< the input after Tab ("/model " when unique)
+    std::vector<std::string> candidates;  ///< the names that match (shown when more than one)
+};
+/// `input` is "/" and the start of a command name (no space yet): the unique name followed by a
+/// space, or the longest common prefix of the names that match; nullopt otherwise.
+std::optional<completion> complete_slash(std::string_view input);
+
 /// What the interactive shell is asked to do after a key.
 struct tui_command {
     enum class kind {
@@ -55,11 +89,24 @@ struct tui_command {
                  ///< when `join`; clear the input
         clear_input,     ///< empty the line editor
         exit,            ///< leave (abort a running turn first)
-        set_auto_retry,  ///< `/retry on|off` (toggle without an argument): set and persist
+        set_auto_retry,  ///< `/autoretry on|off` (toggle without an argument): set and persist
                          ///< retry.enabled, then report with on_auto_retry_set(); clear the input
+        set_input,       ///< replace the input with `text` (Tab completion)
+        set_model,       ///< `/model provider/id`: switch; empty `text`: list them (begin_pick)
+        new_session,     ///< `/new`: a fresh session, the screen cleared
+        resume,          ///< `/resume`: continue the session file `text`; empty: list them
+        compact,         ///< `/compact [instructions]`: session.compact(text)
+        show_settings,   ///< `/settings`: the effective retry settings and where each came from
     };
     kind type = kind::none;
-    std::string text;      ///< submit: the message; set_auto_retry: the command typed
+    /// submit: the message (also `/retry` resending the last failed prompt); set_auto_retry:
+    /// the command typed; set_input: the new input; set_model: the selector; resume: the file;
+    /// compact: the instructions
+    std::string text;
+    /// abort: the queued follow-ups, put back into the input (one a line) instead of dropped
+    std::string restore;
+    /// the input was a command (or a pick): remember it in the history and clear the input
+    bool consume = false;
     bool queued = false;   ///< submit: the session is busy, the message runs after the turn
     bool join = false;     ///< submit during a backoff: the message joins it and retries now
     bool enabled = false;  ///< set_auto_retry: the new value
@@ -97,14 +144,26 @@ class tui_controller {
 
     tui_command on_escape();
     /// Enter with the editor's text. Blank input does nothing, except while the retry loader
-    /// shows: then it retries now. `/retry on`, `/retry off` and `/retry` (toggle) are
-    /// commands, not messages.
+    /// shows: then it retries now. An input whose first word is "/name" (letters and '-') is a
+    /// command (slash_commands()); an unknown one is an error line, never a message.
     tui_command on_enter(std::string_view input);
+    /// Tab with the editor's text: set_input with the completed command name, else edit.
+    tui_command on_tab(std::string_view input);
+    /// A numbered list in the transcript (one notice: `title`, then "1. label" …, a line each); the
+    /// next Enter with a number N gives `k` (set_model / resume) with values[N-1]; Esc or other
+    /// input ends it.
+    void begin_pick(tui_command::kind k, std::string title, std::vector<std::string> labels,
+                    std::vector<std::string> values);
+    bool picking() const noexcept { return pick_.has_value(); }
+    /// /new and /resume: the transcript starts again (the shell redraws the screen).
+    void reset_transcript();
     /// The shell tells the current retry.enabled (the toggle flips it) …
     void set_auto_retry_state(bool enabled) { auto_retry_ = enabled; }
     /// … and how setting it went: `saved_to` is the settings file, `error` why saving failed.
     void on_auto_retry_set(bool enabled, const std::string& saved_to, const std::string& error);
-    tui_command on_ctrl_c(bool input_empty);
+    /// The first Ctrl+C clears the input; a second one within 2 s exits (after that it counts
+    /// as a first one again).
+    tui_command on_ctrl_c(bool input_empty, time_point now);
     tui_command on_ctrl_d(bool input_empty);
     /// Any other key (ends a Ctrl+C sequence).
     void on_other_key();
@@ -122,6 +181,16 @@ class tui_controller {
     /// "2 retries · 18 tokens wasted · 3.0 s in backoff" ("$0.0012 wasted" when it cost);
     /// "" when nothing was retried or wasted.
     static std::string usage_label(const session_usage& u);
+    /// The session's tokens, context use and cost, shown in the footer after the model.
+    void set_totals(const session_totals& t) {
+        std::string label = totals_label(t);
+        if (label == totals_label_) return;
+        totals_label_ = std::move(label);
+        ++revision_;
+    }
+    /// "1.2k in · 340 out · 3% of 128k context · $0.0123" (the cost only when priced; the
+    /// percentage only when the window is known).
+    static std::string totals_label(const session_totals& t);
     /// A line shown in the transcript as a notice (e.g. the welcome line).
     void add_notice(std::string text);
     /// Any transcript entry (e.g. the messages of a resumed session).
@@ -134,8 +203,12 @@ class tui_controller {
     loader_kind loader() const noexcept { return loader_; }
     /// The loader line (empty when there is none).
     std::string loader_text() const;
-    /// The status line under the input: model, state, key hints.
+    /// The status line under the input: state and key hints (the last retryable error and its
+    /// limit in words while a retry waits).
     std::string status_text() const;
+    /// The footer under the status line: model, tokens, context, cost, retries (one place for
+    /// both issue 22's accounting and issue 23's figures).
+    std::string footer_text() const;
     const std::vector<transcript_item>& transcript() const noexcept { return transcript_; }
     /// The last transcript item is a reply that is still streaming.
     bool streaming() const noexcept { return streaming_; }
@@ -171,14 +244,37 @@ class tui_controller {
     time_point now_{};
     bool busy_ = false;
     bool streaming_ = false;
-    bool ctrl_c_armed_ = false;
     std::optional<std::string> pending_error_;  // shown at settle unless a retry line replaces it
+    std::optional<time_point> ctrl_c_at_;       // the first Ctrl+C of a pair
+    std::string hint_;                          // Tab's candidates, until the next key
+    std::string last_failed_;                   // the last prompt that ended in an error
+    struct pick_state {
+        tui_command::kind k;
+        std::vector<std::string> values;
+    };
+    std::optional<pick_state> pick_;
+    tui_command slash(std::string_view input);
+    tui_command submit(std::string text);
+    std::optional<time_point> countdown_wakeup() const;
+    std::optional<time_point> working_since_;  // the current turn's start (the spinner's clock)
     std::vector<transcript_item> transcript_;
     std::vector<std::string> queued_;
     std::string model_label_;
     std::string usage_label_;
+    std::string totals_label_;
+    limit_kind retry_limit_ = limit_kind::none;
     bool auto_retry_ = true;
     std::uint64_t revision_ = 1;
 };
+
+/// The events that draw a resumed session's transcript as it was live, from its history (root
+/// to leaf): the messages, the tool calls and results, an `auto_retry_start` after each failed
+/// attempt that was retried (with its `discarded`, so the marker line comes back), the chains'
+/// `retry_end` entries as `auto_retry_end` (`Retry failed…`), `compaction` entries as a
+/// `compaction_end`, and an `agent_settled` before each new prompt and at the end (a failure
+/// that was not retried shows its `Error:` line there). Feed them to tui_controller::on_event.
+/// A failed attempt is taken as retried when an assistant message follows it before the next
+/// user message, or when its chain ended "Retry cancelled" (cancelled in the backoff).
+std::vector<event> resumed_transcript_events(const std::vector<history_entry>& entries);
 
 }  // namespace coagent

@@ -30,6 +30,7 @@ class key_decoder {
             paste,  ///< bracketed paste (ESC[200~ … ESC[201~): text, CR/CRLF → LF
             up,     ///< Up arrow (the shell moves between input lines or through history)
             down,
+            tab,  ///< Tab (the shell completes a slash command, or gives it to the editor)
         };
         kind type = kind::editor;
         std::u32string chars;  ///< editor / paste

@@ -16,9 +16,24 @@ namespace coagent::tui {
 /// How a row is drawn.
 enum class row_style { plain, user, assistant, error, notice, tool, warning, rule, status, input };
 
+/// How part of a row is drawn (Markdown): over the row's style.
+enum class span_style : unsigned char { plain, bold, italic, bold_italic, code, link, dim };
+
+/// A styled part of a row: bytes [begin, end) of its text.
+struct row_span {
+    std::size_t begin = 0, end = 0;
+    span_style style = span_style::plain;
+    bool operator==(const row_span&) const = default;
+};
+
 struct screen_row {
+    screen_row() = default;
+    screen_row(std::string t, row_style s = row_style::plain, std::vector<row_span> sp = {})
+        : text(std::move(t)), style(s), spans(std::move(sp)) {}
+
     std::string text;  ///< sanitized, fits the width
     row_style style = row_style::plain;
+    std::vector<row_span> spans;  ///< styled parts, in order, not overlapping (Markdown)
     bool operator==(const screen_row&) const = default;
 };
 
@@ -36,6 +51,8 @@ struct terminal_caps {
     std::string red = "\x1b[31m";
     std::string yellow = "\x1b[33m";
     std::string cyan = "\x1b[36m";
+    std::string italic = "\x1b[3m";
+    std::string underline = "\x1b[4m";
     /// parm_up_cursor / parm_down_cursor / parm_right_cursor by n ≥ 1.
     std::function<std::string(int)> up, down, right;
     static terminal_caps ansi();

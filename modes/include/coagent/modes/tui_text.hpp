@@ -49,4 +49,13 @@ struct wrapped_row {
 /// left out instead of shown as U+FFFD.
 std::vector<wrapped_row> wrap(std::string_view text, int width, bool hold_incomplete_tail = false);
 
+/// A count of characters as the UI shows it: "850 chars", "1 char", "1.2k chars" (tenths below
+/// 10k, rounded), "12k chars", "1.5M chars".
+std::string char_count_text(std::int64_t chars);
+/// The transcript line after a failed reply that had streamed something (auto_retry_start's
+/// `discarded`): "↻ connection lost after 1.2k chars — retrying; the partial reply above is
+/// discarded" (with tool calls: "after 1.2k chars and 1 tool call", "after 2 tool calls");
+/// nullopt when it streamed nothing (the reply already on screen stays as it is).
+std::optional<std::string> discarded_marker(std::int64_t text_chars, std::int64_t tool_calls);
+
 }  // namespace coagent::tui

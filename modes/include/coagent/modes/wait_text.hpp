@@ -12,6 +12,9 @@ namespace coagent {
 /// `2h 3m`, `3d 4h`). 0 or less is `0s`. Saturating: any int64 gives a finite text.
 std::string format_wait(std::int64_t ms);
 
+/// Time spent so far (the working spinner), rounded down: `0s`, `59s`, `1m 5s`, `2h 3m`.
+std::string format_elapsed(std::int64_t ms);
+
 /// For a countdown showing format_wait(ms_left): the wait left (in ms, < ms_left) at which the
 /// text changes next; 0 when it changes only at the end.
 std::int64_t next_wait_change(std::int64_t ms_left);

@@ -48,12 +48,24 @@ struct agent_end_event {
     std::vector<message_ptr> messages;  // the messages this run added
     bool will_retry = false;
 };
+/// What a failed attempt had streamed before it failed, and a retry throws away
+/// (auto_retry_start's `discarded`): clients retract what they showed of it.
+struct discarded_output {
+    std::int64_t text_chars = 0;      ///< Unicode code points of its text blocks
+    std::int64_t thinking_chars = 0;  ///< of its thinking (not kept by coagent's providers: 0)
+    std::int64_t tool_calls = 0;      ///< tool calls it had started
+    friend bool operator==(const discarded_output&, const discarded_output&) = default;
+};
+/// What `failed` (the failed attempt's assistant message; null: nothing) leaves behind.
+discarded_output discarded_of(const message* failed) noexcept;
+
 struct auto_retry_start_event {
     int attempt = 0;
     int max_attempts = 0;
     std::int64_t delay_ms = 0;
     std::string error_message;
     limit_kind limit = limit_kind::none;  // coagent's extra field `limit` (typed limits)
+    discarded_output discarded;           // coagent's extra field `discarded`
 };
 struct auto_retry_end_event {
     bool success = false;

@@ -26,6 +26,9 @@ struct retry_settings {
     bool honor_retry_after = false;  // retry.honorRetryAfter: delay = max(backoff, server hint)
     // retry.honorShouldRetry: `x-should-retry: false` stops the chain
     bool honor_should_retry = false;
+    // retry.resumePartial: a retry after a text-only partial reply continues it (Anthropic
+    // Messages prefill) instead of regenerating it
+    bool resume_partial = false;
     int max_retries = 3;                // retry.maxRetries
     std::int64_t base_delay_ms = 2000;  // retry.baseDelayMs
     std::int64_t max_delay_ms =
@@ -50,6 +53,16 @@ struct provider_settings {
     std::int64_t attempt_timeout_ms = 600000;      // provider.attemptTimeoutMs (0 = off)
 };
 
+/// The model used when the command line names none (docs/settings.md "Choosing the model").
+struct model_selection_settings {
+    std::string default_provider;  // defaultProvider (empty: the first provider with a key)
+    std::string default_model;     // defaultModel (empty: that provider's first model)
+};
+
+struct tui_settings {
+    bool markdown = true;  // tui.markdown: assistant replies rendered as Markdown
+};
+
 struct telemetry_settings {
     std::string trace_file;  // telemetry.traceFile: span records as JSON lines ("" = none)
 };
@@ -59,6 +72,8 @@ struct settings {
     compaction_settings compaction;
     provider_settings provider;
     telemetry_settings telemetry;
+    model_selection_settings selection;
+    tui_settings tui;
 };
 
 }  // namespace coagent

@@ -212,7 +212,11 @@ class agent_session : private event_sink {
     [[nodiscard]] subscription subscribe(listener l) { return listeners_.add(std::move(l)); }
     /// Adds an in-process extension (gets every event before the listeners).
     void add_extension(std::string path, extension_runner::handler h);
-    void register_tool(tool_definition def, tool_function fn);
+    /// Registers a tool the model may call. A call that abort() interrupts (the tool's waits
+    /// get terminal cancellation) ends with the result interrupted_tool_text(name), an error. A
+    /// call a crash left without a result gets that result before the next request of a resumed
+    /// session, or, with `o.idempotent`, runs once more (docs/sessions.md "Interrupted tools").
+    void register_tool(tool_definition def, tool_function fn, tool_options o = {});
 
     /// The runtime context (what the next request is built from, before failed replies are
     /// filtered out).
@@ -264,6 +268,7 @@ class agent_session : private event_sink {
     // event_sink: the run policy's events go to emit()
     void operator()(event e) override;
     event_sink& sink() noexcept { return *this; }
+    void record_retry_end(const auto_retry_end_event& end);  // the session file's retry_end
     // what the one loop (perform) carries between the policy's actions
     struct run_state;    // session/src/session_parts.hpp
     struct run_outcome;  // session/src/session_parts.hpp
@@ -288,8 +293,14 @@ class agent_session : private event_sink {
     void settle_after_compaction();
     void cancel_prompt(std::uint64_t id);
     boost::asio::awaitable<bool> post_continue();
-    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out);
+    boost::asio::awaitable<void> run_agent(message_ptr user, run_outcome& out,
+                                           message_ptr continue_from);
+    bool prefill_rejected(const model_info& m) const;
     boost::asio::awaitable<void> execute_tools(const message& assistant, run_outcome& out);
+    boost::asio::awaitable<void> execute_tool(const tool_call_block& call, run_outcome& out);
+    void add_tool_result(const tool_call_block& call, tool_output result, run_outcome& out);
+    // a resumed session: the tool calls a crash left without a result get one (once)
+    boost::asio::awaitable<void> repair_tool_calls(run_outcome& out);
     bool has_queued() const noexcept { return !queue_.empty(); }
     void append(message_ptr m);
     void emit(event e);
@@ -352,6 +363,7 @@ class agent_session : private event_sink {
     bool busy_ = false;
     bool streaming_ = false;
     bool compacting_ = false;
+    bool check_tool_calls_ = false;  // resumed: the next run first repairs dangling tool calls
 };
 
 }  // namespace coagent

@@ -102,6 +102,26 @@ struct control_effect {
     bool abort_stream = false;  ///< abort the request in flight
 };
 
+// ---- retry.resumePartial: continue a cut reply instead of regenerating it ---------------------
+
+/// The text a retry of the failed attempt `failed` continues from, as the assistant's prefill
+/// (docs/retry-policy.md §11.22): with retry.resumePartial on, for an API that accepts a prefill
+/// (`anthropic-messages`) whose rejection was not remembered for the model, when the attempt
+/// failed (not aborted) after streaming text only (no tool call started): its text with trailing
+/// whitespace trimmed (the API refuses a prefill that ends in whitespace). nullopt: the retry
+/// restarts.
+std::optional<std::string> partial_to_continue(const message& failed, std::string_view api,
+                                               const retry_settings& s, bool prefill_rejected);
+/// A continued attempt failed because the provider refused the prefill (HTTP 400): it is retried
+/// as a full restart and the rejection remembered for the model.
+bool is_prefill_rejection(const message& continued) noexcept;
+/// How a prefill rejection is classified: retryable (rule "prefill/rejected").
+classification prefill_rejection_classification();
+/// The continued reply once streamed: `reply` began with the prefill text block; the
+/// continuation's first text block joins it (one text block), and the failed attempt's usage is
+/// added to the continuation's.
+void join_continuation(message& reply, const message& failed);
+
 class run_policy {
   public:
     run_policy();

@@ -96,6 +96,10 @@ class settings_store {
     /// layer that has it, objects merged key by key; nullopt if no layer has it.
     std::optional<boost::json::value> get(std::string_view dotted_key) const;
 
+    /// Where the merged value of `dotted_key` comes from: "<runtime>" for an override, else
+    /// the path of the highest file that sets it, else "default" (the schema's value).
+    std::string origin(std::string_view dotted_key) const;
+
     /// Unknown keys of the loaded files, each (file, key) once, in file order.
     const std::vector<settings_warning>& warnings() const noexcept { return warnings_; }
 
