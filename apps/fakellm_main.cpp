@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
         "{\"text\":T,\"chunks\"?:N,\"usage\"?:{}}, {\"text\":T,\"cutAfterChunks\":N}, "
         "{\"text\":T,\"stallAfterChunks\":N,\"stallMs\":M}, "
         "{\"sseError\":{\"type\":T,\"message\":M}}, "
-        "{\"toolCall\":{\"name\":N,\"arguments\":{}}}; any step may carry \"times\" and "
-        "\"delayMs\". "
+        "{\"toolCall\":{\"name\":N,\"arguments\":{}}}; any step may carry \"times\", "
+        "\"delayMs\" and \"forConversations\":[from,to], streamed steps \"chunkDelayMs\". "
         "See docs/fakellm.md.\nExit codes: 0 stopped by a signal; 2 bad flags or script; 1 cannot "
         "listen.");
 
@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
     app.add_option("--tls-cert", tls_cert,
                    "Serve https with this PEM certificate chain (needs --tls-key)");
     app.add_option("--tls-key", tls_key, "The PEM private key of --tls-cert");
+    bool per_conversation = false;
+    app.add_flag("--per-conversation", per_conversation,
+                 "Every conversation (keyed by its first user message) plays the script from its "
+                 "own start (default: one script for all requests, in arrival order)");
 
     try {
         app.parse(argc, argv);
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
     }
     o.port = static_cast<std::uint16_t>(port);
     o.bind_address = host;
+    o.per_conversation = per_conversation;
     if (!log_file.empty()) o.log_file = log_file;
     if (!tls_cert.empty()) o.tls_cert_file = tls_cert;
     if (!tls_key.empty()) o.tls_key_file = tls_key;

@@ -234,4 +234,11 @@ json::object to_json(const classification& c) {
     return o;
 }
 
+void warm_up_classifier() {
+    // the set's DFA is built lazily, by the first Match: one ordinary error text builds its
+    // start states
+    const detail::match_result warm("503 Service Unavailable: upstream overloaded");
+    (void)warm;
+}
+
 }  // namespace coagent

@@ -64,7 +64,8 @@ std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t 
 
 constexpr std::string_view known_fields[] = {
     "status",           "headers", "body",     "text",     "chunks", "usage",   "cutAfterChunks",
-    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs", "failFor"};
+    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs", "chunkDelayMs",
+    "forConversations", "failFor"};
 
 // failFor's own fields: the window and the answer of a status step
 constexpr std::string_view fail_for_fields[] = {"ms", "status", "headers", "body"};
@@ -98,7 +99,7 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
                            "unknown field \"" + std::string(kv.key()) +
                                "\" (known: status, headers, body, text, chunks, usage, "
                                "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
-                               "times, delayMs, failFor)");
+                               "times, delayMs, chunkDelayMs, forConversations, failFor)");
         if (const auto* f = o.if_contains("failFor")) {
             // {"failFor":{"ms":N,"status":S,"headers"?,"body"?},"delayMs"?}: a time window in
             // which every request gets the status answer (docs/fakellm.md)
@@ -226,11 +227,35 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
         if (s.stall_after_chunks && !o.contains("stallMs"))
             step_error(source, i, "\"stallAfterChunks\" needs \"stallMs\"");
         if (o.contains("stallMs") && !s.stall_after_chunks) s.stall_after_chunks = 0;
-        if ((s.cut_after_chunks || s.stall_after_chunks || s.chunks || s.usage) &&
+        if (o.contains("chunkDelayMs"))
+            s.chunk_delay_ms = int_field(o, "chunkDelayMs", 0, 3'600'000, source, i,
+                                         "an integer from 0 to 3600000");
+        if ((s.cut_after_chunks || s.stall_after_chunks || s.chunks || s.usage ||
+             s.chunk_delay_ms) &&
             s.type == step::kind::status)
-            step_error(
-                source, i,
-                "chunks, usage, cutAfterChunks and stallAfterChunks belong to streamed steps");
+            step_error(source, i,
+                       "chunks, usage, cutAfterChunks, stallAfterChunks and chunkDelayMs belong "
+                       "to streamed steps");
+        if (const auto* fc = o.if_contains("forConversations")) {
+            const auto* a = fc->if_array();
+            const auto number = [](const json::value& v) -> std::optional<double> {
+                if (v.is_double()) return v.get_double();
+                if (v.is_int64()) return static_cast<double>(v.get_int64());
+                if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+                return std::nullopt;
+            };
+            std::optional<double> lo, hi;
+            if (a && a->size() == 2) {
+                lo = number((*a)[0]);
+                hi = number((*a)[1]);
+            }
+            if (!lo || !hi || *lo < 0 || *hi > 1 || *lo >= *hi)
+                step_error(source, i,
+                           "\"forConversations\" must be [from, to] with 0 <= from < to <= 1, "
+                           "found " +
+                               shown(*fc));
+            s.for_conversations = {*lo, *hi};
+        }
         if (const auto* e = o.if_contains("sseError")) {
             if (!e->is_object())
                 step_error(
@@ -271,6 +296,22 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
         out.push_back(std::move(s));
     }
     return out;
+}
+
+double conversation_share(std::string_view key) noexcept {
+    std::uint64_t h = 14695981039346656037ull;
+    for (const unsigned char ch : key) {
+        h ^= ch;
+        h *= 1099511628211ull;
+    }
+    // FNV's high bits barely move for keys that differ in their last bytes ("scale 1",
+    // "scale 2"): mix them (MurmurHash3's fmix64) before taking the top 53 bits
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return static_cast<double>(h >> 11) / static_cast<double>(std::uint64_t{1} << 53);
 }
 
 api api_of_path(std::string_view target) noexcept {

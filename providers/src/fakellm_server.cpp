@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <mutex>
 #include <system_error>
+#include <unordered_map>
 
 namespace coagent::fakellm {
 
@@ -65,30 +66,53 @@ struct server::impl {
     std::FILE* log = nullptr;
 
     mutable std::mutex mutex;
-    scripted::cursor cursor;
+    // where the script stands: one position for all requests, or one a conversation
+    struct position {
+        std::size_t index = 0;
+        int repeat = 0;
+    };
+    position shared;
+    std::unordered_map<std::string, position> conversations;
     std::size_t calls = 0;
     std::vector<request_record> records;
 
     bool stopped = false;
     std::vector<std::weak_ptr<connection>> conns;
 
-    // a failFor step's window: until when its answer is every request's
+    // a failFor step's window (one for the whole server): until when its answer is every
+    // request's
     const step* window = nullptr;
     std::chrono::steady_clock::time_point window_end;
 
-    // The next step (nullopt when exhausted) and the request's 1-based number.
-    std::optional<step> next_step() {
+    // The next step of the request's conversation (nullopt when exhausted): a step answers
+    // `times` requests; a step that does not belong to the conversation (forConversations) is
+    // skipped.
+    std::optional<step> next_step(const std::string& conversation) {
         std::lock_guard lock(mutex);
         const auto now = std::chrono::steady_clock::now();
         if (window && now < window_end) return *window;
         window = nullptr;
-        const step* s = cursor.next(opts.steps.steps);
-        if (!s) return std::nullopt;
-        if (s->fail_for_ms > 0) {  // the window opens with this request
-            window = s;
-            window_end = now + std::chrono::milliseconds(s->fail_for_ms);
+        position& at = opts.per_conversation ? conversations[conversation] : shared;
+        const auto& steps = opts.steps.steps;
+        const double share = conversation_share(conversation);
+        while (at.index < steps.size()) {
+            const step& s = steps[at.index];
+            if (s.for_conversations &&
+                (share < s.for_conversations->first || share >= s.for_conversations->second)) {
+                ++at.index;
+                continue;
+            }
+            if (++at.repeat >= s.times) {
+                ++at.index;
+                at.repeat = 0;
+            }
+            if (s.fail_for_ms > 0) {  // the window opens with this request
+                window = &s;
+                window_end = now + std::chrono::milliseconds(s.fail_for_ms);
+            }
+            return s;
         }
-        return *s;
+        return std::nullopt;
     }
 
     std::size_t record(request_record r) {
@@ -136,6 +160,19 @@ string_response json_error(int status, unsigned version, bool keep_alive,
     return res;
 }
 
+// The text of a message's content: a string, or its first {"type":"text","text":…} block.
+std::string first_text(const json::object& m) {
+    const auto* c = m.if_contains("content");
+    if (!c) return {};
+    if (c->is_string()) return std::string(c->get_string());
+    if (c->is_array())
+        for (const auto& b : c->get_array())
+            if (const auto* t = b.is_object() ? b.get_object().if_contains("text") : nullptr;
+                t && t->is_string())
+                return std::string(t->get_string());
+    return {};
+}
+
 // Reads what the request says about itself into `r`; returns an error text if the body is not
 // a JSON object.
 std::string inspect(const http::request<http::string_body>& req, request_record& r) {
@@ -156,8 +193,11 @@ std::string inspect(const http::request<http::string_body>& req, request_record&
     if (const auto* ms = o.if_contains("messages"); ms && ms->is_array())
         for (const auto& m : ms->get_array())
             if (const auto* role = m.is_object() ? m.get_object().if_contains("role") : nullptr;
-                role && role->is_string())
+                role && role->is_string()) {
                 r.roles.emplace_back(role->get_string());
+                if (r.conversation.empty() && role->get_string() == "user")
+                    r.conversation = first_text(m.get_object());
+            }
     return {};
 }
 
@@ -208,7 +248,7 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
         co_return co_await write_response(stream, res) && keep;
     }
 
-    std::optional<step> s = self->next_step();
+    std::optional<step> s = self->next_step(rec.conversation);
     if (!s) {
         rec.status = 500;
         self->record(rec);
@@ -281,6 +321,11 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
         }
         if (stall && !co_await pause(self, *c, s->stall_ms)) co_return false;
         if (i == plan.chunks.size()) break;
+        if (s->chunk_delay_ms > 0 && i > 0) {  // paced: each chunk on its own, after a pause
+            if (!batch.empty() && !co_await write_chunk(stream, batch)) co_return false;
+            batch.clear();
+            if (!co_await pause(self, *c, s->chunk_delay_ms)) co_return false;
+        }
         batch += plan.chunks[i];
         if (batch.size() >= batch_limit) {
             if (!co_await write_chunk(stream, batch)) co_return false;

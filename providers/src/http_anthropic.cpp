@@ -15,7 +15,8 @@ class anthropic_decoder final : public stream_decoder {
   public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
         if (state_ != state::streaming) return;
-        const json::object* obj = parse_event(ev, out);
+        event_scratch scratch;
+        const json::object* obj = parse_event(ev, out, scratch);
         if (!obj) return;
         const auto& o = *obj;
         std::string_view type = ev.type;

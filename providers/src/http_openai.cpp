@@ -19,7 +19,8 @@ class openai_decoder final : public stream_decoder {
             done(out);
             return;
         }
-        const json::object* obj = parse_event(ev, out);
+        event_scratch scratch;
+        const json::object* obj = parse_event(ev, out, scratch);
         if (!obj) return;
         const auto& o = *obj;
         if (const auto* e = o.if_contains("error")) {

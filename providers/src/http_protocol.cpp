@@ -67,15 +67,16 @@ bool stream_decoder::finish_text_and_tools(message& out) {
     return false;
 }
 
-const json::object* stream_decoder::parse_event(const sse_event& ev, message& out) {
-    auto parsed = parse_json_strict(ev.data);
+const json::object* stream_decoder::parse_event(const sse_event& ev, message& out,
+                                                event_scratch& scratch) {
+    auto parsed = parse_json_strict(ev.data, {}, json::storage_ptr(&scratch.resource));
     if (!parsed || !parsed.value.is_object()) {
         fail(out, "Invalid stream data from the provider: " +
                       (parsed.error ? parsed.error->describe() : std::string("not an object")));
         return nullptr;
     }
-    event_ = std::move(parsed.value);
-    return &event_.get_object();
+    scratch.value = std::move(parsed.value);  // the same resource: moved, not copied
+    return &scratch.value.get_object();
 }
 
 bool stream_decoder::grow(message& out, std::size_t bytes) {

@@ -40,6 +40,25 @@ bool find_non_finite_in(const json::value& v, std::string& path) {
     }
 }
 
+// The same walk without the path: what every parse pays (a non-finite number is rare; its
+// path is built only when there is one).
+bool has_non_finite(const json::value& v) noexcept {
+    switch (v.kind()) {
+        case json::kind::double_:
+            return !std::isfinite(v.get_double());
+        case json::kind::array:
+            for (const auto& e : v.get_array())
+                if (has_non_finite(e)) return true;
+            return false;
+        case json::kind::object:
+            for (const auto& kv : v.get_object())
+                if (has_non_finite(kv.value())) return true;
+            return false;
+        default:
+            return false;
+    }
+}
+
 }  // namespace
 
 std::string json_input_error::describe() const {
@@ -51,6 +70,7 @@ std::string json_input_error::describe() const {
 }
 
 std::optional<std::string> find_non_finite(const json::value& v) {
+    if (!has_non_finite(v)) return std::nullopt;
     std::string path;
     if (find_non_finite_in(v, path)) return path;
     return std::nullopt;
@@ -72,8 +92,18 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text,
 }
 
 strict_json parse_json_strict(std::string_view text, const json::parse_options& opts) {
-    strict_json out;
-    json::stream_parser p({}, opts);
+    return parse_json_strict(text, opts, {});
+}
+
+strict_json parse_json_strict(std::string_view text, const json::parse_options& opts,
+                              json::storage_ptr sp) {
+    // out.value on `sp` from the start: assigning the parsed value (on `sp`) to a value on
+    // another resource would copy it (a value keeps its resource on assignment)
+    strict_json out{json::value(sp), std::nullopt};
+    // the parser's own stack in this frame: no heap allocation for it per parse (an SSE event)
+    unsigned char temp[1024];
+    json::stream_parser p({}, opts, temp);
+    p.reset(std::move(sp));
     boost::system::error_code ec;
     const std::size_t used = p.write(text.data(), text.size(), ec);  // extra data is an error
     if (!ec) p.finish(ec);

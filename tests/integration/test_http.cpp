@@ -781,6 +781,72 @@ TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[htt
     CHECK(reqs[0].stream);
 }
 
+TEST_CASE(
+    "fakellm --per-conversation: each conversation plays the script, forConversations picks "
+    "a share, chunkDelayMs paces",
+    "[http][loopback][fakellm]") {
+    // keys below and above the middle of [0, 1): the share is a fixed hash of the key
+    std::vector<std::string> low, high;
+    for (int i = 0; low.size() < 2 || high.size() < 2; ++i) {
+        std::string k = "conversation " + std::to_string(i);
+        (fakellm::conversation_share(k) < 0.5 ? low : high).push_back(std::move(k));
+    }
+    CHECK(fakellm::conversation_share("x") == fakellm::conversation_share("x"));
+    fakellm::server_options so;
+    so.per_conversation = true;
+    loopback lb(
+        R"([{"status":503,"body":"Service Unavailable","forConversations":[0,0.5]},{"text":"ok now","chunks":5,"chunkDelayMs":30}])",
+        so);
+    http_provider p(lb.options(api_kind::openai_completions));
+    const auto once = [&](const std::string& key) {
+        recording_observer obs;
+        abort_signal abort;
+        return lb.stream_once(p, simple_request(p.model(), key), obs, abort);
+    };
+    // two conversations of the failing share: each meets the 503 first (one script each)
+    for (const auto& k : {low[0], low[1]}) {
+        INFO(k);
+        CHECK(once(k).stop == stop_reason::error);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const message paced = once(low[0]);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 4 * 30ms);  // 5 chunks, 4 pauses between
+    CHECK(paced.stop == stop_reason::stop);
+    CHECK(text_of(paced) == "ok now");
+    // the other share skips the step
+    CHECK(once(high[0]).stop == stop_reason::stop);
+    CHECK(once(high[1]).stop == stop_reason::stop);
+    // each conversation's script is over now
+    CHECK(once(high[0]).error_message.value_or("").find(fakellm::server::exhausted_text) !=
+          std::string::npos);
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 6);
+    CHECK(reqs[0].conversation == low[0]);
+    CHECK(reqs[0].status == 503);
+    CHECK(reqs[1].status == 503);
+    CHECK(reqs[2].status == 200);
+
+    // without --per-conversation one script serves all: the second conversation gets step 2
+    loopback shared(R"([{"status":503,"body":"x"},{"text":"ok"}])");
+    http_provider q(shared.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    CHECK(shared.stream_once(q, simple_request(q.model(), "a"), obs, abort).stop ==
+          stop_reason::error);
+    CHECK(shared.stream_once(q, simple_request(q.model(), "b"), obs, abort).stop ==
+          stop_reason::stop);
+
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"status":503,"chunkDelayMs":5}])", "f.json"),
+                      Catch::Contains("step 1: chunks, usage, cutAfterChunks, stallAfterChunks "
+                                      "and chunkDelayMs belong to streamed steps"));
+    CHECK_THROWS_WITH(
+        fakellm::script::parse(R"([{"text":"a","forConversations":[1,1]}])", "f.json"),
+        Catch::Contains("step 1: \"forConversations\" must be [from, to] with 0 <= from < to <= "
+                        "1, found [1,1]"));
+    CHECK_THROWS_WITH(fakellm::script::parse(R"([{"text":"a","chunkDelayMs":-1}])", "f.json"),
+                      Catch::Contains("\"chunkDelayMs\" must be an integer from 0 to 3600000"));
+}
+
 TEST_CASE("anthropic-messages: a streamed reply with usage over loopback", "[http][loopback]") {
     loopback lb(
         R"([{"text":"Bonjour tout le monde","chunks":2,"usage":{"input":9,"output":4,"cacheWrite":2}}])");

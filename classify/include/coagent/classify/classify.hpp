@@ -51,6 +51,12 @@ classification classify(const message& m, const model_info& model, std::int64_t 
 /// rounded up to whole ms.
 std::optional<std::int64_t> parse_retry_hint(std::string_view text, std::int64_t now_ms);
 
+/// Compiles the classifier's pattern set now (otherwise the first classification does, about
+/// 3 ms here) and runs one match, so the first retried turn of a process costs what the next
+/// ones do. Thread-safe; call it at start-up on a thread of its own (the `coagent` executable
+/// does, in `app_context`) — a classification that comes first waits for the compilation.
+void warm_up_classifier();
+
 /// {"kind","retryable","rule","limit","retryAfterMs"?} as `coagent classify` prints it.
 json::object to_json(const classification& c);
 

@@ -2,6 +2,7 @@
 // What every mode of the coagent executable shares: the command-line options, the settings
 // layers, and building a session (provider, history) from them.
 
+#include <coagent/classify/classify.hpp>
 #include <coagent/providers/faux_provider.hpp>
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/settings_store.hpp>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace coagent {
 
@@ -185,6 +187,9 @@ class app_context {
     std::shared_ptr<limit_store> limits_;
     std::optional<model_choice> choice_;
     std::shared_ptr<spdlog::logger> trace_log_;  // the span records' file, opened once
+    // compiles the classifier while the constructor loads settings (members start before the
+    // constructor's body runs); declared last, so joined first at destruction
+    std::jthread classifier_warm_up_{warm_up_classifier};
 };
 
 /// --list-models: the rows whose "provider/id" contains `pattern` (case-insensitive), as an

@@ -12,8 +12,11 @@
 //   {"sseError":{"type":T,"message":M},"text"?:...}         a mid-stream error event
 //   {"toolCall":{"name":...,"arguments":{...}}}              a streamed tool call
 //   {"failFor":{"ms":N,"status":S,"headers"?,"body"?}}      every request of the next N ms gets S
-// Any step may carry "times":N (repeat) and "delayMs":N (wait before answering). When the
-// script runs out: 500 with the text body "fakellm script exhausted".
+// Any step may carry "times":N (repeat) and "delayMs":N (wait before answering); streamed steps
+// "chunkDelayMs":N (pacing between content chunks). When the script runs out: 500 with the text
+// body "fakellm script exhausted". With server_options::per_conversation every conversation
+// (keyed by its first user message) plays the script from its own start, and a step with
+// "forConversations":[from,to] belongs only to the conversations whose key's share is in it.
 
 #include <coagent/providers/script_model.hpp>
 
@@ -49,6 +52,11 @@ struct step : scripted::step_base {
     std::optional<boost::json::object> usage;  // {input, output, cacheRead, cacheWrite}
     std::optional<int> cut_after_chunks;
     std::optional<int> stall_after_chunks;  // then silence for stall_ms
+    std::int64_t chunk_delay_ms = 0;        // pacing: this long between content chunks
+
+    // --per-conversation: the step belongs to the conversations whose key falls in
+    // [first, second) of [0, 1) (conversation_share); the others skip it
+    std::optional<std::pair<double, double>> for_conversations;
 
     // sse_error
     std::string error_type;
@@ -92,6 +100,7 @@ struct request_record {
     bool stream = false;
     std::vector<std::string> roles;  // message roles in order ("system" first when sent)
     std::string body;                // the raw request body
+    std::string conversation;        // the text of the first user message (the key)
     int status = 0;                  // the status answered
 };
 
@@ -103,6 +112,9 @@ struct server_options {
     script steps;
     std::optional<std::filesystem::path> log_file;  // one JSON line per request (appended)
     std::uint16_t port = 0;                         // 0: chosen by the OS
+    /// Each conversation (its first user message) plays the script from its own start
+    /// (scale benchmarks: N sessions, the same faults each); off: one script for all requests.
+    bool per_conversation = false;
     std::string bind_address = "127.0.0.1";
     // https: a PEM certificate chain and its private key (both or neither)
     std::optional<std::filesystem::path> tls_cert_file;
@@ -150,6 +162,11 @@ struct stream_plan {
 };
 stream_plan plan_stream(const step& s, api kind, const std::string& model,
                         std::int64_t input_tokens, std::size_t call_number);
+
+/// Where a conversation key falls in [0, 1): FNV-1a 64 of its bytes, mixed by MurmurHash3's
+/// finalizer, over 2^64 — uniform for keys that differ in one character, and the same on
+/// every run and machine (so two agents sending the same prompts meet the same faults).
+double conversation_share(std::string_view key) noexcept;
 
 /// Splits `text` into `n` pieces of about equal size at UTF-8 character boundaries; default
 /// (n unset): at spaces, one word (with its leading space) a piece.

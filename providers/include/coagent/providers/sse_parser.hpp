@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,6 +64,17 @@ class sse_parser {
   private:
     template <typename OnEvent>
     status body(std::string_view bytes, OnEvent& on_event);
+    // The first CR or LF in `bytes`, or npos. (string_view::find_first_of("\r\n") calls
+    // memchr on the two-character set once per byte: half the parser's time in a profile.)
+    static std::size_t line_end(std::string_view bytes) noexcept {
+        const char* b = bytes.data();
+        const void* lf = std::memchr(b, '\n', bytes.size());
+        const std::size_t before_lf =
+            lf ? static_cast<std::size_t>(static_cast<const char*>(lf) - b) : bytes.size();
+        if (const void* cr = std::memchr(b, '\r', before_lf))
+            return static_cast<std::size_t>(static_cast<const char*>(cr) - b);
+        return lf ? before_lf : std::string_view::npos;
+    }
     // Processes one complete line (without its terminator); true when an event is complete.
     bool line(std::string_view l);
     // Would the event being built exceed the limit with a line of `line_bytes`?
@@ -108,7 +120,7 @@ sse_parser::status sse_parser::body(std::string_view bytes, OnEvent& on_event) {
         if (bytes.front() == '\n') bytes.remove_prefix(1);
     }
     while (!bytes.empty()) {
-        const std::size_t i = bytes.find_first_of("\r\n");
+        const std::size_t i = line_end(bytes);
         if (i == std::string_view::npos) {
             if (over_limit(partial_.size() + bytes.size()))
                 return status_ = status::event_too_large;

@@ -47,6 +47,10 @@ struct strict_json {
 /// unless `opts` says otherwise; depth 32 by default) and refuses a number that does not fit a
 /// double (±infinity after parsing). Never throws for bad input.
 strict_json parse_json_strict(std::string_view text, const json::parse_options& opts = {});
+/// The same, the value's memory from `sp` (e.g. a monotonic_resource over a buffer of the
+/// caller's frame, for a value that does not outlive it).
+strict_json parse_json_strict(std::string_view text, const json::parse_options& opts,
+                              json::storage_ptr sp);
 
 /// The path of the first non-finite number in `v` ("" when `v` itself is one), or nullopt.
 std::optional<std::string> find_non_finite(const json::value& v);
