@@ -1076,17 +1076,16 @@ void register_slow_tool(agent_session& session) {
 
 // a tool that finishes its 10 ms whatever abort() says (it takes no cancellation)
 void register_stubborn_tool(agent_session& session) {
-    session.register_tool(tool_definition{"slow", "answers after 10 ms, uninterruptible", {}},
-                          [](json::object) -> asio::awaitable<tool_output> {
-                              co_await asio::this_coro::reset_cancellation_state(
-                                  [](asio::cancellation_type) {
-                                      return asio::cancellation_type::none;
-                                  });
-                              manual_timer t(co_await asio::this_coro::executor);
-                              t.expires_after(std::chrono::milliseconds(10));
-                              co_await t.async_wait(asio::use_awaitable);
-                              co_return tool_output{"slow done", false};
-                          });
+    session.register_tool(
+        tool_definition{"slow", "answers after 10 ms, uninterruptible", {}},
+        [](json::object) -> asio::awaitable<tool_output> {
+            co_await asio::this_coro::reset_cancellation_state(
+                [](asio::cancellation_type) { return asio::cancellation_type::none; });
+            manual_timer t(co_await asio::this_coro::executor);
+            t.expires_after(std::chrono::milliseconds(10));
+            co_await t.async_wait(asio::use_awaitable);
+            co_return tool_output{"slow done", false};
+        });
 }
 
 }  // namespace
@@ -1285,7 +1284,8 @@ TEST_CASE(
     CHECK(ghost == 0);
 }
 
-TEST_CASE("abort() drops the follow-ups queued before it, one queued after it still runs before the "
+TEST_CASE(
+    "abort() drops the follow-ups queued before it, one queued after it still runs before the "
     "settle",
     "[chaos][regression]") {
     coagent::test::harness h(

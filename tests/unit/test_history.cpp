@@ -250,9 +250,10 @@ TEST_CASE(
     CHECK(again.history.context().size() == 6);  // user, toolUse, 2 results, user, reply
 }
 
-TEST_CASE("a manual compaction right after a crash inside a tool call sends no dangling tool "
-          "call either (issue 21)",
-          "[history][tools][issue-21]") {
+TEST_CASE(
+    "a manual compaction right after a crash inside a tool call sends no dangling tool "
+    "call either (issue 21)",
+    "[history][tools][issue-21]") {
     temp_dir dir;
     const fs::path file = crashed_in_tool(dir.path);
     settings cfg;
@@ -260,11 +261,10 @@ TEST_CASE("a manual compaction right after a crash inside a tool call sends no d
     harness h(R"([{"text":"the summary"}])", cfg,
               [&](session_options& o) { o.resume_file = file; });
     std::optional<compact_result> done;
-    boost::asio::co_spawn(h.io, h.session->compact(),
-                          [&](std::exception_ptr e, compact_result r) {
-                              if (e) std::rethrow_exception(e);
-                              done = std::move(r);
-                          });
+    boost::asio::co_spawn(h.io, h.session->compact(), [&](std::exception_ptr e, compact_result r) {
+        if (e) std::rethrow_exception(e);
+        done = std::move(r);
+    });
     h.run_ready();
     REQUIRE(done);
     CHECK(done->ok);
@@ -463,7 +463,8 @@ TEST_CASE("issue 16 item 2: a session file has no size limit, it is read line by
     CHECK(text_of(*loaded.history.entries()[0].msg) == "after the hole");
 }
 
-TEST_CASE("issue 16 item 2: an entry longer than the line limit is written cut, with a marker, "
+TEST_CASE(
+    "issue 16 item 2: an entry longer than the line limit is written cut, with a marker, "
     "the file loads",
     "[history][limits]") {
     CHECK(not_stored_marker(12) == "\u2026[12 bytes not stored]");
@@ -599,7 +600,8 @@ struct umask_scope {
 
 }  // namespace
 
-TEST_CASE("issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
+TEST_CASE(
+    "issue 17 item 1: the directories coagent creates are 0700 and session files 0600, whatever "
     "the umask, existing directories are left alone",
     "[history][issue-17]") {
     for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
@@ -701,7 +703,8 @@ TEST_CASE(
     for (const std::size_t n : {1u, 8u, 16u, 17u, 32u}) CHECK(random_hex_id(n).size() == n);
 }
 
-TEST_CASE("issue 17 item 2: a session file is locked for the life of its session, a second opener is "
+TEST_CASE(
+    "issue 17 item 2: a session file is locked for the life of its session, a second opener is "
     "refused naming the process that holds it",
     "[history][issue-17]") {
     temp_dir dir;

@@ -874,19 +874,22 @@ TEST_CASE(
     CHECK(h.requests().size() == 1);
 }
 
-TEST_CASE("abort while a tool that takes no cancellation runs: it finishes and keeps its result "
-          "(issue 21)",
-          "[session][tools][abort][issue-21]") {
+TEST_CASE(
+    "abort while a tool that takes no cancellation runs: it finishes and keeps its result "
+    "(issue 21)",
+    "[session][tools][abort][issue-21]") {
     harness h(R"([{"toolCall":{"name":"stubborn","arguments":{}}},{"text":"never sent"}])");
-    h.session->register_tool(
-        {"stubborn", "", {}}, [](json::object) -> boost::asio::awaitable<tool_output> {
-            co_await boost::asio::this_coro::reset_cancellation_state(
-                [](boost::asio::cancellation_type) { return boost::asio::cancellation_type::none; });
-            manual_timer t(co_await boost::asio::this_coro::executor);
-            t.expires_after(10s);
-            co_await t.async_wait(boost::asio::use_awaitable);
-            co_return tool_output{"it happened", false};
-        });
+    h.session->register_tool({"stubborn", "", {}},
+                             [](json::object) -> boost::asio::awaitable<tool_output> {
+                                 co_await boost::asio::this_coro::reset_cancellation_state(
+                                     [](boost::asio::cancellation_type) {
+                                         return boost::asio::cancellation_type::none;
+                                     });
+                                 manual_timer t(co_await boost::asio::this_coro::executor);
+                                 t.expires_after(10s);
+                                 co_await t.async_wait(boost::asio::use_awaitable);
+                                 co_return tool_output{"it happened", false};
+                             });
     h.prompt("go");
     h.session->abort();
     h.run_ready();

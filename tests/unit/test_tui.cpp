@@ -709,19 +709,19 @@ TEST_CASE("tui: a failed partial reply stays, one marker line says it is discard
     CHECK(d.c.transcript().size() == 3);
 }
 
-TEST_CASE("tui: a resumed session's transcript is drawn as it was live (issue 21)",
-          "[issue-21]") {
+TEST_CASE("tui: a resumed session's transcript is drawn as it was live (issue 21)", "[issue-21]") {
     settings cfg;
     cfg.provider.stream_idle_timeout_ms = 1000;
     cfg.retry.max_retries = 1;
     std::string words;
     for (int i = 0; i < 400; ++i) words += (i ? " " : "") + std::string("abcde");
-    test::harness h(R"([{"text":")" + words + R"(","stallMs":5000},{"text":"Complete answer."},)"
-                    R"({"toolCall":{"name":"lookup","arguments":{"q":1}}},{"text":"used it"},)"
-                    R"({"error":"400 bad request","status":400},)"
-                    R"({"error":"503 overloaded","status":503,"times":2},)"
-                    R"({"text":"too late","delayMs":5000},)"
-                    R"({"error":"503 again","status":503},{"text":"never"}])",
+    test::harness h(R"([{"text":")" + words +
+                        R"(","stallMs":5000},{"text":"Complete answer."},)"
+                        R"({"toolCall":{"name":"lookup","arguments":{"q":1}}},{"text":"used it"},)"
+                        R"({"error":"400 bad request","status":400},)"
+                        R"({"error":"503 overloaded","status":503,"times":2},)"
+                        R"({"text":"too late","delayMs":5000},)"
+                        R"({"error":"503 again","status":503},{"text":"never"}])",
                     cfg);
     h.session->register_tool({"lookup", "", {}},
                              [](json::object) -> boost::asio::awaitable<tool_output> {
@@ -764,8 +764,9 @@ TEST_CASE("tui: a resumed session's transcript is drawn as it was live (issue 21
     const auto has = [&](const std::string& text) {
         return std::find(lines.begin(), lines.end(), text) != lines.end();
     };
-    CHECK(has("3 \u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply "
-              "above is discarded"));
+    CHECK(
+        has("3 \u21bb connection lost after 1.2k chars \u2014 retrying; the partial reply "
+            "above is discarded"));
     CHECK(has("1 Complete answer."));
     CHECK(has("4 \u2190 lookup: {\"content\":[{\"type\":\"text\",\"text\":\"found\"}]}"));
     CHECK(has("2 Error: 400 bad request"));

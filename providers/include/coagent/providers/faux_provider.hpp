@@ -4,7 +4,8 @@
 //
 // Script: a JSON array of steps, e.g.
 //   [{"error":"503 Service Unavailable","status":503,"times":2},{"text":"Hello"}]
-// Steps: {"error":TEXT,"status"?:N,"usage"?:{…}} | {"text":TEXT,"usage"?:{input,output,cacheRead,cacheWrite}}
+// Steps: {"error":TEXT,"status"?:N,"usage"?:{…}} |
+// {"text":TEXT,"usage"?:{input,output,cacheRead,cacheWrite}}
 //        | {"toolCall":{"name":…,"arguments":{…}}}; any step may carry "times":N (repeat),
 //        "delayMs":N (answer after N ms) and "stallMs":N (stop sending mid-stream for N ms).
 // When the script runs out: the non-retryable error "faux script exhausted".

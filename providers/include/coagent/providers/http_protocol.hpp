@@ -110,7 +110,8 @@ class stream_decoder {
     struct event_scratch {
         alignas(std::max_align_t) unsigned char buffer[4096];
         json::monotonic_resource resource{buffer, sizeof buffer};
-        json::value value = json::value(json::storage_ptr(&resource));  // destroyed before `resource`
+        json::value value =
+            json::value(json::storage_ptr(&resource));  // destroyed before `resource`
     };
     /// The event's data as a JSON object (strict: numbers beyond a double refused), in
     /// `scratch`, or nullptr after failing the reply. Valid while `scratch` lives.
