@@ -120,20 +120,6 @@ inline asio::awaitable<turn_result> run_turn(std::string text, bool fail_first,
     co_return t;
 }
 
-inline const char* to_string(coagent::prompt_result::status s) noexcept {
-    switch (s) {
-        case coagent::prompt_result::status::succeeded:
-            return "succeeded";
-        case coagent::prompt_result::status::failed:
-            return "failed";
-        case coagent::prompt_result::status::aborted:
-            return "aborted";
-        case coagent::prompt_result::status::refused:
-            return "refused";
-    }
-    return "unknown";
-}
-
 class prompt_server {
   public:
     /// Binds and listens on `ep` (port 0: the OS picks one, see local_endpoint()).
@@ -267,7 +253,7 @@ class prompt_server {
             json::object o;
             o["reply"] = t.reply;
             o["retries"] = t.retries;
-            o["outcome"] = to_string(t.outcome);
+            o["outcome"] = std::string(coagent::to_string(t.outcome));
             o["request"] = n;
             if (!t.error.empty()) o["error"] = t.error;
             if (t.outcome != coagent::prompt_result::status::succeeded)

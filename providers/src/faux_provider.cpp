@@ -26,6 +26,20 @@ std::int64_t non_negative_int(const json::object& o, std::string_view key,
                    json::serialize(*v));
 }
 
+// a step's "usage": {input, output, cacheRead, cacheWrite} (error and text steps)
+token_usage usage_of(const json::value& u, const std::string& source, std::size_t index) {
+    if (!u.is_object()) step_error(source, index, "\"usage\" must be an object");
+    token_usage tu;
+    const auto& uo = u.get_object();
+    tu.input = non_negative_int(uo, "input", source, index);
+    tu.output = non_negative_int(uo, "output", source, index);
+    tu.cache_read = non_negative_int(uo, "cacheRead", source, index);
+    tu.cache_write = non_negative_int(uo, "cacheWrite", source, index);
+    tu.total_tokens = saturating_add(saturating_add(tu.input, tu.output),
+                                     saturating_add(tu.cache_read, tu.cache_write));
+    return tu;
+}
+
 }  // namespace
 
 std::vector<faux_step> faux_syntax::parse_steps(std::string_view text, const std::string& source) {
@@ -52,18 +66,7 @@ std::vector<faux_step> faux_syntax::parse_steps(std::string_view text, const std
             if (!e->is_string()) step_error(source, i, "\"error\" must be a string");
             st.type = faux_step::kind::error;
             st.text = e->get_string();
-            if (const auto* u = o.if_contains("usage")) {
-                if (!u->is_object()) step_error(source, i, "\"usage\" must be an object");
-                token_usage tu;
-                const auto& uo = u->get_object();
-                tu.input = non_negative_int(uo, "input", source, i);
-                tu.output = non_negative_int(uo, "output", source, i);
-                tu.cache_read = non_negative_int(uo, "cacheRead", source, i);
-                tu.cache_write = non_negative_int(uo, "cacheWrite", source, i);
-                tu.total_tokens = saturating_add(saturating_add(tu.input, tu.output),
-                                                 saturating_add(tu.cache_read, tu.cache_write));
-                st.usage = tu;
-            }
+            if (const auto* u = o.if_contains("usage")) st.usage = usage_of(*u, source, i);
             if (const auto* sv = o.if_contains("status")) {
                 if (!sv->is_int64() || sv->get_int64() < 100 || sv->get_int64() > 599)
                     step_error(source, i, "\"status\" must be an HTTP status (100-599)");
@@ -73,18 +76,7 @@ std::vector<faux_step> faux_syntax::parse_steps(std::string_view text, const std
             if (!t->is_string()) step_error(source, i, "\"text\" must be a string");
             st.type = faux_step::kind::text;
             st.text = t->get_string();
-            if (const auto* u = o.if_contains("usage")) {
-                if (!u->is_object()) step_error(source, i, "\"usage\" must be an object");
-                token_usage tu;
-                const auto& uo = u->get_object();
-                tu.input = non_negative_int(uo, "input", source, i);
-                tu.output = non_negative_int(uo, "output", source, i);
-                tu.cache_read = non_negative_int(uo, "cacheRead", source, i);
-                tu.cache_write = non_negative_int(uo, "cacheWrite", source, i);
-                tu.total_tokens = saturating_add(saturating_add(tu.input, tu.output),
-                                                 saturating_add(tu.cache_read, tu.cache_write));
-                st.usage = tu;
-            }
+            if (const auto* u = o.if_contains("usage")) st.usage = usage_of(*u, source, i);
         } else {
             const auto& tc = o.at("toolCall");
             if (!tc.is_object()) step_error(source, i, "\"toolCall\" must be an object");

@@ -2,6 +2,20 @@
 
 namespace coagent {
 
+std::string_view to_string(prompt_result::status s) noexcept {
+    switch (s) {
+        case prompt_result::status::succeeded:
+            return "succeeded";
+        case prompt_result::status::failed:
+            return "failed";
+        case prompt_result::status::aborted:
+            return "aborted";
+        case prompt_result::status::refused:
+            return "refused";
+    }
+    return "failed";
+}
+
 std::string_view to_string(compaction_reason r) noexcept {
     switch (r) {
         case compaction_reason::overflow:

@@ -25,20 +25,6 @@ using prometheus::Family;
 using prometheus::Gauge;
 using prometheus::Histogram;
 
-std::string_view outcome_label(prompt_result::status s) noexcept {
-    switch (s) {
-        case prompt_result::status::succeeded:
-            return "succeeded";
-        case prompt_result::status::failed:
-            return "failed";
-        case prompt_result::status::aborted:
-            return "aborted";
-        case prompt_result::status::refused:
-            return "refused";
-    }
-    return "failed";
-}
-
 // A family's metrics by label values, found without building a prometheus::Labels (a map of
 // strings) and without the family's own hashing of it: one key string per thread, reused.
 template <typename Metric>
@@ -197,7 +183,7 @@ void prometheus_telemetry::budget_refusal(std::string_view provider) {
 }
 
 void prometheus_telemetry::prompt_end(std::int64_t, prompt_result::status outcome) {
-    f_->prompts_c.get({outcome_label(outcome)}).Increment();
+    f_->prompts_c.get({to_string(outcome)}).Increment();
 }
 
 void prometheus_telemetry::chat_end(std::int64_t t_ns, const telemetry_chat& c) {

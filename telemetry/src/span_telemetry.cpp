@@ -64,20 +64,6 @@ void write(spdlog::logger& out, std::string_view name, const std::string& trace,
     out.info("{}", json::serialize(r));
 }
 
-std::string_view outcome_name(prompt_result::status s) noexcept {
-    switch (s) {
-        case prompt_result::status::succeeded:
-            return "succeeded";
-        case prompt_result::status::failed:
-            return "failed";
-        case prompt_result::status::aborted:
-            return "aborted";
-        case prompt_result::status::refused:
-            return "refused";
-    }
-    return "failed";
-}
-
 }  // namespace
 
 span_telemetry::span_telemetry(std::shared_ptr<spdlog::logger> out,
@@ -101,7 +87,7 @@ void span_telemetry::prompt_start(std::int64_t t_ns) {
 void span_telemetry::prompt_end(std::int64_t t_ns, prompt_result::status outcome) {
     if (st_->prompt_span.empty()) return;
     json::object a;
-    a["coagent.prompt.outcome"] = outcome_name(outcome);
+    a["coagent.prompt.outcome"] = to_string(outcome);
     write(*out_, "prompt", st_->trace_id, st_->prompt_span, "", st_->prompt_start, t_ns,
           outcome == prompt_result::status::succeeded, std::move(a));
     st_->prompt_span.clear();

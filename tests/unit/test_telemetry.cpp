@@ -13,27 +13,13 @@ using strings = std::vector<std::string>;
 
 namespace {
 
-std::string_view outcome_name(prompt_result::status s) {
-    switch (s) {
-        case prompt_result::status::succeeded:
-            return "succeeded";
-        case prompt_result::status::failed:
-            return "failed";
-        case prompt_result::status::aborted:
-            return "aborted";
-        case prompt_result::status::refused:
-            return "refused";
-    }
-    return "?";
-}
-
 // every call as one line: "<virtual ms> <call> <fields>"
 class recorder final : public telemetry {
   public:
     strings lines;
     void prompt_start(std::int64_t t) override { add(t, "prompt_start"); }
     void prompt_end(std::int64_t t, prompt_result::status o) override {
-        add(t, fmt::format("prompt_end {}", outcome_name(o)));
+        add(t, fmt::format("prompt_end {}", to_string(o)));
     }
     void chat_start(std::int64_t t, const telemetry_model& m) override {
         add(t, fmt::format("chat_start {}/{}", m.provider, m.model));

@@ -51,6 +51,9 @@ struct prompt_result {
     message_ptr last_assistant;  ///< the last assistant message of the prompt, if any
 };
 
+/// "succeeded", "failed", "aborted", "refused" (RPC, metrics labels, span attributes).
+std::string_view to_string(prompt_result::status s) noexcept;
+
 enum class compaction_reason { overflow, threshold, manual };
 std::string_view to_string(compaction_reason r) noexcept;
 
