@@ -203,6 +203,13 @@ int main(int argc, char** argv) {
         heap_at_peak = heap_bytes();
         rss_at_peak = rss_bytes();
     };
+    // parked: once all N wait (the last session's listener says so), every backoff is cancelled
+    clock_type::time_point all_waiting{}, all_settled{};
+    const std::function<void()> on_all_waiting = [&] {
+        all_waiting = clock_type::now();
+        for (auto& t : all)
+            asio::post(t.session->get_executor(), [&t] { t.session->abort_retry(); });
+    };
     for (std::size_t i = 0; i < all.size(); ++i) {
         tracked& t = all[i];
         session_options so;
@@ -215,7 +222,8 @@ int main(int argc, char** argv) {
         t.session = std::make_unique<agent_session>(std::move(so));
         const int n = opt.sessions;
         const std::int64_t pace = opt.chunk_delay_ms;
-        t.sub = t.session->subscribe([&t, &streaming, &waiting, &sample_peak, &gaps, n, pace,
+        t.sub = t.session->subscribe([&t, &streaming, &waiting, &sample_peak, &on_all_waiting,
+                                      &gaps, n, pace,
                                       parked = opt.phase == "parked"](const event& e) {
             if (const auto* s = std::get_if<message_start_event>(&e)) {
                 if (s->message->role == message_role::assistant) {
@@ -243,7 +251,10 @@ int main(int argc, char** argv) {
                 t.delays_ms += r->delay_ms;
                 if (parked && !t.waiting) {
                     t.waiting = true;
-                    if (++waiting == n) sample_peak();  // every session waits in its backoff
+                    if (++waiting == n) {  // every session waits in its backoff
+                        sample_peak();
+                        on_all_waiting();
+                    }
                 }
             } else if (std::get_if<auto_retry_end_event>(&e)) {
                 ++t.retry_ends;
@@ -254,7 +265,6 @@ int main(int argc, char** argv) {
 
     const double cpu0 = cpu_seconds();
     const auto wall0 = clock_type::now();
-    clock_type::time_point all_waiting{}, all_settled{};
     for (std::size_t i = 0; i < all.size(); ++i) {
         tracked& t = all[i];
         asio::post(t.session->get_executor(), [&t, &settled, &all_settled, i, n = opt.sessions] {
@@ -271,29 +281,14 @@ int main(int argc, char** argv) {
         });
     }
 
-    // parked: a watcher cancels every backoff once all N wait
-    double cancel_ms = 0;
-    asio::steady_timer watch(io);
-    std::function<void()> poll_parked = [&] {
-        watch.expires_after(std::chrono::milliseconds(5));
-        watch.async_wait([&](boost::system::error_code ec) {
-            if (ec) return;
-            if (waiting.load() < opt.sessions) return poll_parked();
-            all_waiting = clock_type::now();
-            for (auto& t : all)
-                asio::post(t.session->get_executor(), [&t] { t.session->abort_retry(); });
-        });
-    };
-    if (opt.phase == "parked") poll_parked();
-
     std::vector<std::thread> pool;
     for (int k = 1; k < opt.threads; ++k) pool.emplace_back([&] { io.run(); });
     io.run();
     for (auto& th : pool) th.join();
     const double cpu = cpu_seconds() - cpu0;
     const double wall = std::chrono::duration<double>(clock_type::now() - wall0).count();
-    if (opt.phase == "parked")
-        cancel_ms = std::chrono::duration<double, std::milli>(all_settled - all_waiting).count();
+    const double cancel_ms =
+        std::chrono::duration<double, std::milli>(all_settled - all_waiting).count();
 
     std::vector<double> added;
     long long requests = 0, retry_starts = 0, retry_ends = 0, retried = 0, ok = 0;

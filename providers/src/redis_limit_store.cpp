@@ -151,6 +151,14 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         if (final && cmd) cmd->socket.close(ignored);
     }
 
+    // the local copy's level of `provider` (a full bucket when new); with the mutex held
+    std::int64_t& level_of(std::string_view provider, const retry_budget_settings& s) {
+        auto it = levels.find(provider);
+        if (it == levels.end())
+            it = levels.emplace(std::string(provider), retry_budget::max_milli(s)).first;
+        return it->second;
+    }
+
     void poke() {
         asio::post(ex, [self = shared_from_this()] { self->wake.cancel(); });
     }
@@ -523,13 +531,11 @@ bool redis_limit_store::budget_on_failure(std::string_view provider,
     bool allowed = false;
     {
         std::lock_guard lock(state_->mutex);
-        auto it = state_->levels.find(provider);
-        if (it == state_->levels.end())
-            it = state_->levels.emplace(std::string(provider), retry_budget::max_milli(s)).first;
+        std::int64_t& level = state_->level_of(provider, s);
         retry_budget b(s);
-        b.set_tokens_milli(it->second);
+        b.set_tokens_milli(level);
         allowed = b.on_failure(s);
-        it->second = b.tokens_milli();
+        level = b.tokens_milli();
         state_->queue.push_back({std::string(provider), -1000, retry_budget::max_milli(s), false});
     }
     state_->poke();
@@ -539,13 +545,11 @@ bool redis_limit_store::budget_on_failure(std::string_view provider,
 void redis_limit_store::budget_on_success(std::string_view provider,
                                           const retry_budget_settings& s) {
     std::lock_guard lock(state_->mutex);
-    auto it = state_->levels.find(provider);
-    if (it == state_->levels.end())
-        it = state_->levels.emplace(std::string(provider), retry_budget::max_milli(s)).first;
+    std::int64_t& level = state_->level_of(provider, s);
     retry_budget b(s);
-    b.set_tokens_milli(it->second);
+    b.set_tokens_milli(level);
     b.on_success(s);
-    it->second = b.tokens_milli();
+    level = b.tokens_milli();
     auto d = state_->deposits.find(provider);
     if (d == state_->deposits.end())
         d = state_->deposits.emplace(std::string(provider), state::op{std::string(provider)}).first;
