@@ -12,7 +12,7 @@ expect [ "$(requests)" = 1 ]
 expect input_is ""
 T send-keys -t main C-d
 wait_for "EXIT=0"
-T kill-session -t main
+stop_coagent
 
 # -r: two sessions of this directory, newest first; the second one picked
 ( cd "$work" && "$COAGENT" --provider faux -p "older question" --faux-script '[{"text":"older answer"}]' >/dev/null 2>&1 )

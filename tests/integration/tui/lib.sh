@@ -39,6 +39,21 @@ start_coagent() {
   wait_for "${START_TEXT:-Enter sends}"
 }
 
+# stop_coagent: ends this tmux server and waits until its process is gone, so the next
+# start_coagent starts a new server instead of reaching the one that is shutting down
+# (killing the last session lets the server exit on its own time: "server exited unexpectedly")
+stop_coagent() {
+  local pid
+  pid=$(T display-message -p '#{pid}' 2>/dev/null)
+  T kill-server >/dev/null 2>&1
+  local limit=$(( $(now_ms) + 10000 ))
+  while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; do
+    (( $(now_ms) < limit )) || { echo "tmux server $pid did not exit" >&2; exit 1; }
+    sleep 0.02
+  done
+  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$sock"
+}
+
 screen() { T capture-pane -p -t main; }          # what is visible now
 everything() { T capture-pane -p -S - -t main; } # with the scrollback
 requests() { [ -f "$work/faux.log" ] && wc -l < "$work/faux.log" || echo 0; }

@@ -27,7 +27,7 @@ expect grep -qE $'\e\\[(0;)?1mRelease notes' <<<"$styled"
 expect grep -qE $'\e\\[36mmake test' <<<"$styled"
 T send-keys -t main C-d
 wait_for "EXIT=0"
-T kill-session -t main
+stop_coagent
 
 # --no-markdown: the reply as written
 COAGENT_ARGS="--no-session --no-markdown" start_coagent '[{"text":"**plain** and `code`"}]'
@@ -35,7 +35,7 @@ type_line "raw"
 wait_for '**plain** and `code`'
 T send-keys -t main C-d
 wait_for "EXIT=0"
-T kill-session -t main
+stop_coagent
 
 # tui.markdown false: the same
 settings '{"tui":{"markdown":false}}'

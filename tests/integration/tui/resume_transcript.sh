@@ -26,7 +26,7 @@ live=$(transcript)
 expect [ -n "$live" ]
 T send-keys -t main C-d
 wait_for "EXIT=0"
-T kill-session -t main
+stop_coagent
 
 COAGENT_ARGS="--continue --session-dir $work/sessions" start_coagent '[]' 100 60
 wait_for "Retry failed after 1 attempts: 503 overloaded"
