@@ -1347,14 +1347,17 @@ TEST_CASE(
             std::to_string(tr->timestamp) + "}");
 }
 
-TEST_CASE("json_text::append_string writes what boost::json::serialize writes, at every offset "
-          "and length, for every byte that needs escaping",
-          "[json]") {
-    // the eight-bytes-at-a-time scan must find a byte to escape wherever it sits in its word,
+TEST_CASE(
+    "json_text::append_string writes what boost::json::serialize writes, at every offset "
+    "and length, for every byte that needs escaping",
+    "[json]") {
+    // the 16- and 8-bytes-at-a-time scans must find a byte to escape wherever it sits in a block,
     // and next to UTF-8 bytes (0x80 and above, which pass through)
     const std::string specials = std::string("\"\\\b\f\n\r\t\x01\x1f", 9) + std::string(1, '\0');
-    const std::string filler = "abcdefghijklmnopq\xc3\xa9\xe2\x86\xbb xyz ~\x7f\x20\x21";
-    for (std::size_t len = 0; len <= 24; ++len) {
+    const std::string filler =
+        "abcdefghijklmnopq\xc3\xa9\xe2\x86\xbb xyz ~\x7f\x20\x21"
+        "0123456789ABCDEFGHIJ";
+    for (std::size_t len = 0; len <= 40; ++len) {  // the 16-byte step, the 8-byte one, the tail
         for (std::size_t at = 0; at <= len; ++at) {
             for (char special : specials) {
                 std::string s = filler.substr(0, len);
