@@ -137,6 +137,57 @@ class anthropic_decoder final : public stream_decoder {
     std::map<std::int64_t, std::size_t> blocks_;  // API block index → content index
 };
 
+// whether the message has a block the API accepts (it rejects empty text blocks)
+bool has_blocks(const message& m) {
+    for (const auto& b : m.content) {
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            if (!t->text.empty()) return true;
+        } else if (std::holds_alternative<tool_call_block>(b)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// {"type":"tool_result",…}: one block of the user message that groups consecutive results
+void tool_result_block(std::string& out, const message& m) {
+    out += "{\"type\":\"tool_result\",\"tool_use_id\":";
+    jt::append_string(out, m.tool_call_id);
+    out += ",\"content\":";
+    with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+    if (m.is_error) out += ",\"is_error\":true";
+    out.push_back('}');
+}
+
+// {"role":…,"content":[…]} of a user or assistant message
+void message_object(std::string& out, const message& m) {
+    out += m.role == message_role::assistant ? "{\"role\":\"assistant\",\"content\":["
+                                             : "{\"role\":\"user\",\"content\":[";
+    bool first_block = true;
+    for (const auto& b : m.content) {
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            if (t->text.empty()) continue;
+            if (!first_block) out.push_back(',');
+            first_block = false;
+            out += "{\"type\":\"text\",\"text\":";
+            jt::append_string(out, t->text);
+            out.push_back('}');
+        } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
+            if (!first_block) out.push_back(',');
+            first_block = false;
+            out += "{\"type\":\"tool_use\",\"id\":";
+            jt::append_string(out, c->id);
+            out += ",\"name\":";
+            jt::append_string(out, c->name);
+            out += ",\"input\":";
+            jt::append_value(out, c->arguments);
+            out.push_back('}');
+        }
+    }
+    if (first_block) out += R"({"type":"text","text":" "})";  // a user message with no text
+    out += "]}";
+}
+
 }  // namespace
 
 std::string anthropic_body(const provider_request& req) {
@@ -165,8 +216,9 @@ std::string anthropic_body(const provider_request& req) {
         out += "]}";
         in_results = false;
     };
-    for (const auto& mp : req.messages) {
-        const message& m = *mp;
+    const int format = int(api_kind::anthropic_messages);
+    for (std::size_t i = 0; i < req.messages.size(); ++i) {
+        const message& m = *req.messages[i];
         if (m.role == message_role::tool_result) {
             if (!in_results) {
                 open_message("user");
@@ -174,48 +226,15 @@ std::string anthropic_body(const provider_request& req) {
             } else {
                 out.push_back(',');
             }
-            out += "{\"type\":\"tool_result\",\"tool_use_id\":";
-            jt::append_string(out, m.tool_call_id);
-            out += ",\"content\":";
-            with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
-            if (m.is_error) out += ",\"is_error\":true";
-            out.push_back('}');
+            append_message(out, req, i, format,
+                           [&](const message& r) { tool_result_block(out, r); });
             continue;
         }
         flush_results();
-        bool any = false;
-        for (const auto& b : m.content) {
-            if (const auto* t = std::get_if<text_block>(&b)) {
-                if (!t->text.empty()) any = true;  // the API rejects empty text blocks
-            } else if (std::holds_alternative<tool_call_block>(b)) {
-                any = true;
-            }
-        }
-        if (!any && m.role == message_role::assistant) continue;
-        open_message(m.role == message_role::assistant ? "assistant" : "user");
-        bool first_block = true;
-        for (const auto& b : m.content) {
-            if (const auto* t = std::get_if<text_block>(&b)) {
-                if (t->text.empty()) continue;
-                if (!first_block) out.push_back(',');
-                first_block = false;
-                out += "{\"type\":\"text\",\"text\":";
-                jt::append_string(out, t->text);
-                out.push_back('}');
-            } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
-                if (!first_block) out.push_back(',');
-                first_block = false;
-                out += "{\"type\":\"tool_use\",\"id\":";
-                jt::append_string(out, c->id);
-                out += ",\"name\":";
-                jt::append_string(out, c->name);
-                out += ",\"input\":";
-                jt::append_value(out, c->arguments);
-                out.push_back('}');
-            }
-        }
-        if (!any) out += R"({"type":"text","text":" "})";
-        out += "]}";
+        if (m.role == message_role::assistant && !has_blocks(m)) continue;
+        if (!first_message) out.push_back(',');
+        first_message = false;
+        append_message(out, req, i, format, [&](const message& r) { message_object(out, r); });
     }
     flush_results();
     out += "],\"stream\":true";

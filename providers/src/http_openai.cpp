@@ -146,47 +146,48 @@ std::string openai_body(const provider_request& req) {
         next();
         role_text(out, "system", req.system_prompt);
     }
-    for (const auto& mp : req.messages) {
-        const message& m = *mp;
+    for (std::size_t i = 0; i < req.messages.size(); ++i) {
         next();
-        switch (m.role) {
-            case message_role::user:
-                with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
-                break;
-            case message_role::assistant: {
-                const auto calls = tool_calls_of(m);
-                out += "{\"role\":\"assistant\",\"content\":";
-                with_text(m, [&](std::string_view t) {
-                    if (t.empty() && !calls.empty())
-                        out += "null";
-                    else
-                        jt::append_string(out, t);
-                });
-                if (!calls.empty()) {
-                    out += ",\"tool_calls\":[";
-                    for (std::size_t i = 0; i < calls.size(); ++i) {
-                        if (i) out.push_back(',');
-                        out += "{\"id\":";
-                        jt::append_string(out, calls[i]->id);
-                        out += ",\"type\":\"function\",\"function\":{\"name\":";
-                        jt::append_string(out, calls[i]->name);
-                        out += ",\"arguments\":";
-                        jt::append_string(out, json::serialize(calls[i]->arguments));
-                        out += "}}";
+        append_message(out, req, i, int(api_kind::openai_completions), [&](const message& m) {
+            switch (m.role) {
+                case message_role::user:
+                    with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                    break;
+                case message_role::assistant: {
+                    const auto calls = tool_calls_of(m);
+                    out += "{\"role\":\"assistant\",\"content\":";
+                    with_text(m, [&](std::string_view t) {
+                        if (t.empty() && !calls.empty())
+                            out += "null";
+                        else
+                            jt::append_string(out, t);
+                    });
+                    if (!calls.empty()) {
+                        out += ",\"tool_calls\":[";
+                        for (std::size_t c = 0; c < calls.size(); ++c) {
+                            if (c) out.push_back(',');
+                            out += "{\"id\":";
+                            jt::append_string(out, calls[c]->id);
+                            out += ",\"type\":\"function\",\"function\":{\"name\":";
+                            jt::append_string(out, calls[c]->name);
+                            out += ",\"arguments\":";
+                            jt::append_string(out, json::serialize(calls[c]->arguments));
+                            out += "}}";
+                        }
+                        out.push_back(']');
                     }
-                    out.push_back(']');
+                    out.push_back('}');
+                    break;
                 }
-                out.push_back('}');
-                break;
+                case message_role::tool_result:
+                    out += "{\"role\":\"tool\",\"tool_call_id\":";
+                    jt::append_string(out, m.tool_call_id);
+                    out += ",\"content\":";
+                    with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+                    out.push_back('}');
+                    break;
             }
-            case message_role::tool_result:
-                out += "{\"role\":\"tool\",\"tool_call_id\":";
-                jt::append_string(out, m.tool_call_id);
-                out += ",\"content\":";
-                with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
-                out.push_back('}');
-                break;
-        }
+        });
     }
     out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
     append_tools(out, req.tools, R"({"type":"function","function":{)", "parameters", "}}");

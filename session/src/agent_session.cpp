@@ -271,6 +271,10 @@ provider_request agent_session::build_request() const {
         if (!is_failed_assistant(*m)) r.messages.push_back(m);
     if (rare_) r.tools = rare_->tools.definitions();
     r.session_id = history_.session_id();
+    if (r.messages.size() >= 2) {
+        if (!fragments_) fragments_ = std::make_unique<wire_fragments>();
+        r.fragments = fragments_.get();
+    }
     return r;
 }
 

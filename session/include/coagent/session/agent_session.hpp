@@ -351,6 +351,9 @@ class agent_session : private event_sink {
     prompt_result last_result() const { return last_result_ ? *last_result_ : prompt_result{}; }
 
     std::vector<message_ptr> messages_;
+    // the codec's text of each message, kept between requests (created at the first request
+    // of two messages or more: a session parked in its first backoff has none)
+    mutable std::unique_ptr<wire_fragments> fragments_;
     session_history history_;
     detail::prompt_queue queue_;  // steer / follow_up messages and their parked prompts
     std::uint64_t next_prompt_id_ = 1;
@@ -358,7 +361,6 @@ class agent_session : private event_sink {
 
     listener_list<const event&> listeners_;
 
-    // what many sessions never set, out of line, created on first use: a parked session stays small
     // what many sessions never set, out of line, created on first use (a parked session stays
     // small); defined in session/src/session_parts.hpp
     struct rare_members;
