@@ -315,6 +315,7 @@ class interactive_ui {
         arm_signals();
 
         render(false);
+        if (session_->open_park_in_history()) launch_resume_park();  // --continue of a park
         if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
@@ -740,6 +741,20 @@ class interactive_ui {
                            }
                            maybe_finish();
                        });
+    }
+
+    void launch_resume_park() {
+        ++tasks_;
+        asio::co_spawn(io_, session_->resume_park(), [this](std::exception_ptr e, prompt_result r) {
+            --tasks_;
+            if (e) {
+                log_exception("resuming the park", e);
+            } else {
+                ctl_.on_prompt_done({}, r);
+                schedule_render();
+            }
+            maybe_finish();
+        });
     }
 
     asio::awaitable<prompt_result> run_prompt(std::string text, bool join) {
