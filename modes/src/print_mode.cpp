@@ -102,7 +102,8 @@ int run_print_mode(app_context& app) {
     std::optional<prompt_result> result;
     std::exception_ptr failure;
     // an open park of a continued session is re-entered first; the message runs after it
-    const auto run = [](agent_session& s, std::string text) -> boost::asio::awaitable<prompt_result> {
+    const auto run = [](agent_session& s,
+                        std::string text) -> boost::asio::awaitable<prompt_result> {
         if (s.open_park_in_history()) {
             prompt_result parked_result = co_await s.resume_park();
             if (parked_result.outcome != prompt_result::status::succeeded) co_return parked_result;

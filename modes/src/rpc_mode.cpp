@@ -586,8 +586,7 @@ class rpc_server {
     }
 
     void maybe_finish() {
-        if (!shutting_down_ || finished_ || (tasks_ > 0 && !leave_parked_) || !out_.idle())
-            return;
+        if (!shutting_down_ || finished_ || (tasks_ > 0 && !leave_parked_) || !out_.idle()) return;
         finished_ = true;
         signals_.cancel();
         io_.stop();

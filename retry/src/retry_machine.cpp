@@ -94,11 +94,11 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
                                              error_text(last), c.limit,       discarded_of(last)};
             d.end = auto_retry_end_event{
                 false, attempt_ - 1,
-                error_text(last) +
-                    (billing ? std::string(" (a billing limit: waiting will not help)")
-                             : " (server asked to wait " +
-                                   std::to_string(displayed_seconds(*c.retry_after_ms)) +
-                                   "s, above retry.maxDelayMs)")};
+                error_text(last) + (billing
+                                        ? std::string(" (a billing limit: waiting will not help)")
+                                        : " (server asked to wait " +
+                                              std::to_string(displayed_seconds(*c.retry_after_ms)) +
+                                              "s, above retry.maxDelayMs)")};
             d.ending = chain_end::failed;
             d.revive_attempt_ = attempt_;
             end_chain();

@@ -549,8 +549,8 @@ session_history::loaded session_history::load(const fs::path& file,
             }
         } else if (e.type != "compaction" && e.type != "model_change" &&
                    e.type != "thinking_level_change" && e.type != "session_info" &&
-                   e.type != "retry_end" && e.type != "retry_park" &&
-                   e.type != "retry_park_end" && e.type != "custom" && e.type != "label") {
+                   e.type != "retry_end" && e.type != "retry_park" && e.type != "retry_park_end" &&
+                   e.type != "custom" && e.type != "label") {
             out.warnings.push_back(where + ": unknown entry type \"" + e.type + "\" kept");
         }
         e.raw = std::move(*o);
@@ -591,8 +591,8 @@ std::optional<open_park> find_open_park(const std::vector<history_entry>& entrie
         boost::system::error_code ec;
         p.until = until->to_number<std::int64_t>(ec);
         if (ec) return std::nullopt;
-        if (const auto* a = o.if_contains("attempt"); a && a->is_int64() && a->as_int64() > 0 &&
-                                                       a->as_int64() < 1'000'000)
+        if (const auto* a = o.if_contains("attempt");
+            a && a->is_int64() && a->as_int64() > 0 && a->as_int64() < 1'000'000)
             p.attempt = static_cast<int>(a->as_int64());
         if (const auto* l = o.if_contains("limit"); l && l->is_string())
             for (const limit_kind k :

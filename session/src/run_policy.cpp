@@ -260,8 +260,8 @@ run_action run_policy::after_decision(agent_end_decision d, std::vector<message_
                                       std::optional<retry_fallback_applied_event> applied,
                                       const settings& s, event_sink& out) {
     // §11.25: a long wait that no switch resolved parks (retry.longWait "park")
-    const bool parked = d.long_wait && long_wait_parks(s.retry.long_wait) && !summary_ &&
-                        machine_.park(d);
+    const bool parked =
+        d.long_wait && long_wait_parks(s.retry.long_wait) && !summary_ && machine_.park(d);
     if (!d.will_retry) forget_fallback();  // the chain is over: no success to report
     if (!summary_) out(agent_end_event{std::move(added), d.will_retry});
     if (d.end) {

@@ -178,16 +178,16 @@ TEST_CASE("retry.longWait: each limit type under each policy, with and without a
                                             ? "limit (a billing limit: waiting will not help)"
                                             : "limit (server asked to wait 7200s, above "
                                               "retry.maxDelayMs)";
-                CHECK(out.seen == strings{"agent_end{final}", "auto_retry_end{fail,0," + why + "}"});
+                CHECK(out.seen ==
+                      strings{"agent_end{final}", "auto_retry_end{fail,0," + why + "}"});
                 CHECK(a.what == kind::settle);
             }
             if (want == "park") {
-                CHECK(out.seen ==
-                      strings{"agent_end{retry}",
-                              "auto_retry_start{1/3,7200000," + std::string(to_string(l.limit)) +
-                                  "}",
-                              "retry_parked{1700007200000," + std::string(to_string(l.limit)) +
-                                  ",limit}"});
+                CHECK(out.seen == strings{"agent_end{retry}",
+                                          "auto_retry_start{1/3,7200000," +
+                                              std::string(to_string(l.limit)) + "}",
+                                          "retry_parked{1700007200000," +
+                                              std::string(to_string(l.limit)) + ",limit}"});
                 CHECK(a.until_ms == t0 + two_hours);
                 CHECK(a.delay_ms == two_hours + 30'000);  // spread: 0.5 × min(10 %, 60 s)
                 CHECK(a.drop_failed_reply);
@@ -206,8 +206,8 @@ TEST_CASE("retry.longWait: each limit type under each policy, with and without a
 
 TEST_CASE("retry.longWait engages only above retry.maxDelayMs, and never with it 0",
           "[long_wait][run_policy][spec-11]") {
-    for (const auto policy : {long_wait_policy::fallback, long_wait_policy::park,
-                              long_wait_policy::fallback_park}) {
+    for (const auto policy :
+         {long_wait_policy::fallback, long_wait_policy::park, long_wait_policy::fallback_park}) {
         SECTION("a hint under retry.maxDelayMs: the backoff") {
             run_policy p;
             recorder out;
@@ -249,9 +249,9 @@ TEST_CASE("retry.longWait \"fallback,park\": the fallback first, the park when n
     recorder out;
     const settings s = long_wait_settings(long_wait_policy::fallback_park, true);
     p.begin_prompt();
-    run_action a = drive(
-        p, ended(failed("429 a"), error_kind::retryable, limit_kind::rate, two_hours, true), s,
-        out, true);
+    run_action a =
+        drive(p, ended(failed("429 a"), error_kind::retryable, limit_kind::rate, two_hours, true),
+              s, out, true);
     CHECK(out.take() == strings{"agent_end{retry}", "retry_fallback_applied{q/n}",
                                 "auto_retry_start{1/3,0,rate}"});
     REQUIRE(a.what == kind::wait);
@@ -405,11 +405,16 @@ void jump(harness& h, std::int64_t ms) {
     h.run_ready();
 }
 
-const strings parked_prefix = {
-    "agent_start",      "turn_start",           "message_start:user",
-    "message_end:user", "message_start:assistant", "message_end:assistant:error",
-    "turn_end",         "agent_end{retry}",     "auto_retry_start{1}",
-    "retry_parked"};
+const strings parked_prefix = {"agent_start",
+                               "turn_start",
+                               "message_start:user",
+                               "message_end:user",
+                               "message_start:assistant",
+                               "message_end:assistant:error",
+                               "turn_end",
+                               "agent_end{retry}",
+                               "auto_retry_start{1}",
+                               "retry_parked"};
 
 }  // namespace
 
@@ -425,8 +430,9 @@ TEST_CASE("a parked prompt: exact events and entries, it resumes at until + spre
     CHECK(brief(h.events) == parked_prefix);
     CHECK(h.of("auto_retry_start")[0].at("delayMs").as_int64() == two_hours);
     CHECK(h.of("auto_retry_start")[0].at("limit") == "quota");
-    CHECK(h.of("retry_parked")[0] ==
-          obj(R"({"type":"retry_parked","until":1700007200000,"limit":"quota","errorMessage":"429 You have reached your usage limit for this period retry-after-ms=7200000"})"));
+    CHECK(
+        h.of("retry_parked")[0] ==
+        obj(R"({"type":"retry_parked","until":1700007200000,"limit":"quota","errorMessage":"429 You have reached your usage limit for this period retry-after-ms=7200000"})"));
     CHECK(h.session->parked_until() == t0 + two_hours);
     CHECK(h.session->is_retrying());
     CHECK(h.session->retry_attempt() == 1);
@@ -504,8 +510,9 @@ TEST_CASE("a park is cancelled like a backoff and ended by retry_now or a joinin
     }
 }
 
-TEST_CASE("a resumed session re-enters its open park and continues at until, with a prompt's events",
-          "[long_wait][session][spec-11]") {
+TEST_CASE(
+    "a resumed session re-enters its open park and continues at until, with a prompt's events",
+    "[long_wait][session][spec-11]") {
     temp_dir dir;
     fs::path copy = dir.path / "copy";
     fs::create_directories(copy);
@@ -589,7 +596,9 @@ struct fleet {
             so.model_provider = faux.back();
             so.config = park_settings();
             so.clock = clock_kind::manual;
-            so.now_ms = [] { return manual_clock::now().time_since_epoch().count() / 1'000'000 + t0; };
+            so.now_ms = [] {
+                return manual_clock::now().time_since_epoch().count() / 1'000'000 + t0;
+            };
             so.limits = store;
             const double u = draws[i];
             so.random = [u] { return u; };

@@ -2066,13 +2066,14 @@ TEST_CASE("tui markdown: streamed in pieces, the rows printed equal the whole re
     }
 }
 
-TEST_CASE("tui: a park shows its line with a live countdown, Enter retries now, Esc cancels "
-          "(issue 20)",
-          "[tui][park]") {
+TEST_CASE(
+    "tui: a park shows its line with a live countdown, Enter retries now, Esc cancels "
+    "(issue 20)",
+    "[tui][park]") {
     REQUIRE(utf8_locale);
     ::setenv("TZ", "UTC", 1);
     ::tzset();
-    const std::int64_t wall0 = 1'796'140'620'000;  // 2026-12-01 15:57 UTC
+    const std::int64_t wall0 = 1'796'140'620'000;                   // 2026-12-01 15:57 UTC
     const std::int64_t until = wall0 + 2 * 3'600'000 + 3 * 60'000;  // 18:00
     driver d;
     d.c.set_wall_clock([&] {
@@ -2122,9 +2123,10 @@ TEST_CASE("tui: a park shows its line with a live countdown, Enter retries now, 
     }
 }
 
-TEST_CASE("tui: a park re-entered from the session file shows its line without a retry start "
-          "(issue 20)",
-          "[tui][park]") {
+TEST_CASE(
+    "tui: a park re-entered from the session file shows its line without a retry start "
+    "(issue 20)",
+    "[tui][park]") {
     ::setenv("TZ", "UTC", 1);
     ::tzset();
     const std::int64_t wall0 = 1'796'140'620'000;
@@ -2137,7 +2139,8 @@ TEST_CASE("tui: a park re-entered from the session file shows its line without a
     CHECK(d.c.escape_action() == esc_action::abort_retry);
     CHECK(d.c.on_enter("").type == tui_command::kind::retry_now);
     d.ev(agent_start_event{});
-    CHECK(d.c.escape_action() == esc_action::abort);  // the kept handler is back, the turn can be aborted
+    CHECK(d.c.escape_action() ==
+          esc_action::abort);  // the kept handler is back, the turn can be aborted
 }
 
 TEST_CASE("print mode: one line when a prompt parks (issue 20)", "[park][wait]") {

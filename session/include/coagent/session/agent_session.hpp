@@ -291,8 +291,8 @@ class agent_session : private event_sink {
     void operator()(event e) override;
     event_sink& sink() noexcept { return *this; }
     void record_retry_end(const auto_retry_end_event& end);  // the session file's retry_end
-    void record_park(const retry_parked_event& p);            // retry_park
-    void record_park_end(run_action::park_end how);           // retry_park_end
+    void record_park(const retry_parked_event& p);           // retry_park
+    void record_park_end(run_action::park_end how);          // retry_park_end
     park_context park_ctx() const;
     // what the one loop (perform) carries between the policy's actions
     struct run_state;    // session/src/session_parts.hpp

@@ -256,9 +256,9 @@ class run_policy {
     // rare: a usage limit's decision while the session switches, and the role of a model
     // fallback made in this chain (allocated then only, so a parked session stays small)
     std::unique_ptr<pending_switch> switch_;
-    std::unique_ptr<park_state> park_;  // retry.longWait "park": from the park to the chain's end
-    chain_end ending_ = chain_end::none;   // the prompt's latest chain ending
-    std::int64_t now_ = 0;                 // the latest run end's wall clock (a park's start)
+    std::unique_ptr<park_state> park_;    // retry.longWait "park": from the park to the chain's end
+    chain_end ending_ = chain_end::none;  // the prompt's latest chain ending
+    std::int64_t now_ = 0;                // the latest run end's wall clock (a park's start)
     bool overflow_recovered_ : 1 = false;  // §1.7: this prompt compacted after an overflow
     bool user_abort_ : 1 = false;          // abort() during this prompt (not abort_retry())
     bool ran_ : 1 = false;                 // a run happened in this busy period
