@@ -395,13 +395,20 @@ class interactive_ui {
             exit_code_ = code;
             app_.stop_limits();
         }
-        if (session_ && session_->is_busy()) session_->abort();  // the running prompt settles soon
+        if (session_ && session_->parked_until()) {
+            // a park is not cancelled by leaving: it stays open in the session file and
+            // `coagent --continue` re-enters it (docs/tui.md)
+            leave_parked_ = true;
+        } else if (session_ && session_->is_busy()) {
+            session_->abort();  // the running prompt settles soon
+        }
         maybe_finish();
     }
 
     void maybe_finish() {
-        if (!exiting_ || tasks_ > 0 || finished_) return;
+        if (!exiting_ || (tasks_ > 0 && !leave_parked_) || finished_) return;
         finished_ = true;
+        if (leave_parked_) io_.stop();  // the parked prompt's timer would keep it running
         boost::system::error_code ec;
         in_.cancel(ec);
         in_.close(ec);
@@ -899,6 +906,7 @@ class interactive_ui {
 
     int tasks_ = 0;
     bool exiting_ = false;
+    bool leave_parked_ = false;  // exiting while parked: the park stays open
     bool finished_ = false;
     bool restored_ = false;
     int exit_code_ = 0;
