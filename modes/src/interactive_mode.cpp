@@ -752,16 +752,24 @@ class interactive_ui {
 
     void launch_resume_park() {
         ++tasks_;
-        asio::co_spawn(io_, session_->resume_park(), [this](std::exception_ptr e, prompt_result r) {
-            --tasks_;
-            if (e) {
-                log_exception("resuming the park", e);
-            } else {
-                ctl_.on_prompt_done({}, r);
-                schedule_render();
+        // the prompt the park belongs to: the last user message (what /retry sends again)
+        std::string text;
+        for (auto it = session_->messages().rbegin(); it != session_->messages().rend(); ++it)
+            if ((*it)->role == message_role::user) {
+                text = text_of(**it);
+                break;
             }
-            maybe_finish();
-        });
+        asio::co_spawn(io_, session_->resume_park(),
+                       [this, text](std::exception_ptr e, prompt_result r) {
+                           --tasks_;
+                           if (e) {
+                               log_exception("resuming the park", e);
+                           } else {
+                               ctl_.on_prompt_done(text, r);
+                               schedule_render();
+                           }
+                           maybe_finish();
+                       });
     }
 
     asio::awaitable<prompt_result> run_prompt(std::string text, bool join) {
