@@ -8,6 +8,7 @@
 #  2. stdin EOF while parked: the process exits 0 without cancelling the park (no auto_retry_end,
 #     no retry_park_end); `coagent --continue -p` then re-enters it (one line when parking, one
 #     when resuming) and runs its message after it.
+#  3. SIGTERM while `coagent -p` is parked: exit 143, the park stays open.
 # Usage: park.sh <path to coagent> <path to coagent-fakellm>
 set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
@@ -43,7 +44,7 @@ types() { jq -r 'select(.type != "message_update") | .type' "$1" | tr '\n' ' '; 
 
 limit='{"status":429,"headers":{"retry-after-ms":"4000"},"body":{"error":{"message":"You have reached your usage limit for this period"}}}'
 cat >"$work/script.json" <<EOF
-[$limit,{"text":"back after the reset"},$limit,{"text":"second"},{"text":"third"}]
+[$limit,{"text":"back after the reset"},$limit,{"text":"second"},{"text":"third"},$limit]
 EOF
 "$FAKELLM" --port 0 --script "$work/script.json" --log "$work/fake.log" >"$work/fake.out" 2>&1 &
 fake_pid=$!
@@ -135,6 +136,19 @@ check "no Retrying line for the park" test "$(count "$work/err4.txt" Retrying)" 
 check "the park's reply, then the message's" test "$(tr '\n' ' ' <"$work/out4.txt")" = "second third "
 check "five requests in all" test "$(requests)" = 5
 check "the park is closed" test "$(jq -r 'select(.type=="retry_park_end") | .outcome' "$file")" = resumed
+
+# ---- 3. SIGTERM while print mode is parked ------------------------------------------------------
+rm -rf "$COAGENT_DIR/sessions"
+"$COAGENT" "${model[@]}" -p "parks" >"$work/out5.txt" 2>"$work/err5.txt" &
+pid5=$!
+check "print mode parks" wait_for "$work/err5.txt" "Usage limit (quota): resumes at" 10
+kill -TERM "$pid5"
+wait "$pid5"; code=$?
+check "SIGTERM while parked: exit 143 ($code)" test "$code" = 143
+file=$(find "$COAGENT_DIR" -name '*.jsonl' | head -1)
+check "SIGTERM leaves the park open" test "$(count "$file" '"retry_park_end"')" = 0
+check "SIGTERM writes no retry_end" test "$(count "$file" '"retry_end"')" = 0
+check "SIGTERM: no failure line" test "$(count "$work/err5.txt" 'Retry failed')" = 0
 
 echo "park: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
