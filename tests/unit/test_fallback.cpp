@@ -5,6 +5,8 @@
 #include "support/session_harness.hpp"
 
 #include <coagent/retry/model_fallback.hpp>
+#include <coagent/session/auth_storage.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <catch2/catch.hpp>
@@ -139,7 +141,8 @@ TEST_CASE("model_fallback: the next usable entry of the chain that lists the cur
     CHECK_FALSE(f.on_usage_limit("c/m3", std::nullopt, t0 + 20, s, all_usable));
 }
 
-TEST_CASE("model_fallback: the default role covers a model no chain lists, unusable entries are skipped",
+TEST_CASE(
+    "model_fallback: the default role covers a model no chain lists, unusable entries are skipped",
     "[fallback]") {
     model_fallback f;
     const auto s = with_chains({{"other", {"x/1"}}, {"default", {"b/m2", "c/m3"}}});
@@ -396,4 +399,149 @@ TEST_CASE("retry.fallbackChains and retry.fallbackRevertPolicy in settings files
         }
     }
     std::filesystem::remove_all(dir);
+}
+
+// ---- limit state shared across sessions and processes (issue 19, docs/limits.md) -----------
+
+TEST_CASE("choose_credential §11.24: the credential available earliest, the first of those",
+          "[limits][usage-limit]") {
+    using cs = credential_state;
+    const std::int64_t now = t0;
+    CHECK(choose_credential(std::vector<cs>{{0}, {0}, {0}}, now) == 0);
+    CHECK(choose_credential(std::vector<cs>{{now + 1}, {0}, {0}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now}, {0}}, now) == 0);  // an end at now is free
+    // all blocked: the one free soonest; a tie: the first of those
+    CHECK(choose_credential(std::vector<cs>{{now + 30}, {now + 10}, {now + 20}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now + 30}, {now + 10}, {now + 10}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now + 5}}, now) == 0);
+}
+
+TEST_CASE("usage_block_until: 60 s without a hint, clamped to 7 days, saturating",
+          "[limits][usage-limit]") {
+    CHECK(usage_block_until(std::nullopt, t0) == t0 + 60'000);
+    CHECK(usage_block_until(30'000, t0) == t0 + 30'000);
+    CHECK(usage_block_until(-5, t0) == t0);
+    CHECK(usage_block_until(std::int64_t{99'999'999'999'000}, t0) == t0 + max_usage_block_ms);
+    CHECK(usage_block_until(max_usage_block_ms, INT64_MAX - 10) == INT64_MAX);
+    CHECK(clamp_block(t0 + 10 * max_usage_block_ms, t0) == t0 + max_usage_block_ms);
+    CHECK(clamp_block(t0 + 5, t0) == t0 + 5);
+}
+
+TEST_CASE("credential_fingerprint: the hex SHA-256 of the key, never the key", "[limits]") {
+    CHECK(credential_fingerprint("abc") ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(credential_fingerprint("sk-A").size() == 64);
+    CHECK(credential_fingerprint("sk-A") != credential_fingerprint("sk-B"));
+}
+
+TEST_CASE("local_limit_store: blocks and cooldowns keep the later end, expire, cleared by provider",
+          "[limits]") {
+    local_limit_store st;
+    st.block_credential("a", "fa", t0 + 100, t0);
+    st.block_credential("a", "fa", t0 + 50, t0);  // an earlier end does not shorten it
+    st.block_credential("b", "fb", t0 + 200, t0);
+    st.block_credential("a", "gone", t0, t0);  // already over: not kept
+    CHECK(st.credential_blocked_until("a", "fa") == t0 + 100);
+    CHECK(st.credential_blocked_until("a", "fb") == 0);
+    CHECK(st.credential_blocked_until("a", "gone") == 0);
+    st.cool_down_model("a/m1", t0 + 300, t0);
+    st.cool_down_model("ab/m1", t0 + 300, t0);
+    CHECK(st.model_cooldown_until("a/m1") == t0 + 300);
+    CHECK(st.credential_blocks(t0).size() == 2);
+    CHECK(st.credential_blocks(t0 + 100).size() == 1);  // fa's end has come
+    CHECK(st.model_cooldowns(t0 + 299).size() == 2);
+    st.clear("a");  // a's credentials and a's models only ("ab/m1" is provider ab's)
+    CHECK(st.credential_blocked_until("a", "fa") == 0);
+    CHECK(st.credential_blocked_until("b", "fb") == t0 + 200);
+    CHECK(st.model_cooldown_until("a/m1") == 0);
+    CHECK(st.model_cooldown_until("ab/m1") == t0 + 300);
+    st.clear(std::nullopt);
+    CHECK(st.credential_blocks(t0).empty());
+    CHECK(st.model_cooldowns(t0).empty());
+}
+
+TEST_CASE(
+    "shared credential blocks §11.24: a block set in one process moves the other's sessions "
+    "off it at their next request",
+    "[limits][usage-limit]") {
+    std::int64_t now = t0;
+    const auto clock = [&] { return now; };
+    auto store = std::make_shared<local_limit_store>();  // what two processes share
+    const bool shared = GENERATE(true, false);
+    auto p1 = std::make_shared<in_memory_auth_storage>(clock);
+    auto p2 = std::make_shared<in_memory_auth_storage>(clock);
+    for (const auto& p : {p1, p2}) {
+        for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
+        if (shared) p->share_limits(store);
+    }
+    CHECK(p2->api_key("a", "old") == "key-A");  // a session of process 2, before the block
+    CHECK(p1->api_key("a", "s1") == "key-A");
+    CHECK(p1->mark_usage_limit_reached("a", "s1", 30'000));  // retry-after: 30
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    if (!shared) {
+        // without a shared store process 2 knows nothing of it (today's behaviour)
+        CHECK(p2->api_key("a", "old") == "key-A");
+        CHECK(p2->api_key("a", "new") == "key-A");
+        CHECK(store->credential_blocks(now).empty());
+        return;
+    }
+    // the store holds the fingerprint, never the key
+    const auto blocks = store->credential_blocks(now);
+    REQUIRE(blocks.size() == 1);
+    CHECK(blocks[0].provider == "a");
+    CHECK(blocks[0].fingerprint == credential_fingerprint("key-A"));
+    CHECK(blocks[0].until_ms == t0 + 30'000);
+    // process 2: the session on A moves at its next request, a new session never takes A
+    CHECK(p2->api_key("a", "old") == "key-B");
+    CHECK(p2->api_key("a", "new") == "key-B");
+    // a block process 2 did not see itself also ends a switch there: B blocked too → C
+    CHECK(p2->mark_usage_limit_reached("a", "new", 10'000));
+    CHECK(p2->api_key("a", "new") == "key-C");
+    CHECK(p1->api_key("a", "s1") == "key-C");  // process 1 learns of B's block
+    // every credential blocked: a session keeps the one it has (nothing free to move to)
+    CHECK_FALSE(p1->mark_usage_limit_reached("a", "s1", 20'000));
+    CHECK(p1->api_key("a", "s1") == "key-B");   // the one free soonest (B ends at +10 s)
+    CHECK(p2->api_key("a", "old") == "key-B");  // B: blocked, but nothing is free
+    // after the blocks, a new session takes A again
+    now = t0 + 30'000;
+    CHECK(p2->api_key("a", "later") == "key-A");
+}
+
+TEST_CASE(
+    "shared model cooldowns §11.25: a model put aside by one session is put aside for "
+    "another session of the store",
+    "[limits][fallback][session][usage-limit]") {
+    const bool shared = GENERATE(true, false);
+    auto store = std::make_shared<local_limit_store>();
+    const settings cfg = chain_settings({{"default", {"a/m1", "b/m2"}}});
+    // session 1 on a/m1 meets a usage limit: a/m1 is put aside for 60 s, it falls back to b/m2
+    fallback_fixture one(std::string("[") + usage_error + "]", R"([{"text":"b for one"}])", "[]",
+                         cfg, [&](session_options& o) {
+                             if (shared) o.limits = store;
+                         });
+    one.h->prompt("hi");
+    REQUIRE(one.h->done());
+    CHECK(one.h->session->model().provider == "b");
+    CHECK(store->model_cooldown_until("a/m1") == (shared ? t0 + 60'000 : 0));
+    // session 2 on c/m3 meets a usage limit: its chain's first entry is a/m1
+    fallback_fixture two(R"([{"text":"a for two"}])", R"([{"text":"b for two"}])",
+                         std::string("[") + usage_error + "]", cfg, [&](session_options& o) {
+                             if (shared) o.limits = store;
+                         });
+    REQUIRE(two.h->session->set_model("c", "m3").empty());
+    two.now = t0 + 1'000;
+    two.h->prompt("hi");
+    REQUIRE(two.h->done());
+    const auto applied = two.h->of("retry_fallback_applied");
+    REQUIRE(applied.size() == 1);
+    CHECK(
+        applied[0] ==
+        obj(shared
+                ? R"({"type":"retry_fallback_applied","from":"c/m3","to":"b/m2","role":"default"})"
+                : R"({"type":"retry_fallback_applied","from":"c/m3","to":"a/m1","role":"default"})"));
+    CHECK(two.a->requests().size() == (shared ? 0u : 1u));
+    CHECK(two.b->requests().size() == (shared ? 1u : 0u));
+    CHECK(two.h->result->outcome == prompt_result::status::succeeded);
+    // and c/m3's cooldown is the store's too, dated by session 2's clock
+    CHECK(store->model_cooldown_until("c/m3") == (shared ? t0 + 61'000 : 0));
 }
