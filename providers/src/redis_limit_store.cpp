@@ -443,12 +443,11 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         std::vector<std::string> args{"HGETALL", key};
         auto r = co_await command(c, std::move(args), error);
         if (!r) co_return false;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+        const bool budget_ok = r->type == REDIS_REPLY_ARRAY && r->elements % 2 == 0;
+        if (!budget_ok)
             opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
                                type_name(r->type), key);
-            co_return true;
-        }
-        for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+        for (std::size_t i = 0; budget_ok && i + 1 < r->elements; i += 2) {
             const redisReply* f = r->element[i];
             const redisReply* v = r->element[i + 1];
             const auto level = v->type == REDIS_REPLY_STRING
@@ -561,9 +560,17 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                 backoff = std::min(backoff * 2, self->opts.max_backoff);
                 continue;
             }
+            // connected once the state is read: a decision after that sees what others set
+            if (!co_await self->resync(c, error)) {
+                self->report_down(error);
+                if (self->stopping) break;
+                co_await self->pause(backoff);
+                backoff = std::min(backoff * 2, self->opts.max_backoff);
+                continue;
+            }
             self->report_up();
             backoff = std::chrono::milliseconds(100);
-            auto next_resync = clock_type::now();
+            auto next_resync = clock_type::now() + self->opts.resync;
             auto next_flush = clock_type::now() + self->opts.deposit_interval;
             for (;;) {
                 const auto now = clock_type::now();

@@ -2,16 +2,19 @@
 # limits.store "redis" with real processes and a real redis-server (issue 19): the test starts its
 # own redis-server on a free port in a temporary directory (never the system one) and stops it.
 # Each coagent process has its own COAGENT_DIR (as on separate machines).
-# Usage: redis.sh <path to coagent>
+# Usage: redis.sh <path to coagent> <path to coagent-fakellm>
 set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
 COAGENT=$(realpath "$1")
+FAKELLM=$(realpath "$2")
 command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 redis_pid=""
 cleanup() {
   [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
   [ -n "${rpc_pid:-}" ] && kill "$rpc_pid" 2>/dev/null
+  [ -n "${llm_pid:-}" ] && kill "$llm_pid" 2>/dev/null
+  for p in ${procs_pids:-}; do kill "$p" 2>/dev/null; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -147,6 +150,92 @@ exec 3>&-
 wait "$rpc_pid"; rc=$?
 check "rpc: exit 0 at stdin EOF" [ "$rc" = 0 ]
 check "rpc: exactly one unavailable warning" [ "$(count rpc.err 'unavailable (')" = 1 ]
+
+# ---- 2b. credential blocks and model cooldowns shared (§11.24, §11.25) ----------------------
+# Three keys A, B, C in each process's own auth.json (separate COAGENT_DIRs: two machines), one
+# coagent-fakellm (its --log records each request's key suffix). Process 1 starts on A, meets a
+# usage-limit 429 and switches to B; it stays alive. Process 2 starts after that: none of its
+# requests carries A. The hint is 4 s instead of 30 (a shortened block, so the test can see it
+# end): after it, a new process takes A again.
+rcli flushall >/dev/null
+usage='{"status":429,"headers":{"retry-after":"4"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}}'
+"$FAKELLM" --port 0 --log "$work/llm.log" --script "[$usage,{\"text\":\"fine\",\"times\":1000}]" >llm.out 2>llm.err &
+llm_pid=$!
+wait_for llm.out listening
+llm_port=$(head -1 llm.out | sed 's/.*://')
+cred_home() {  # cred_home NAME: settings, models.json, auth.json with A, B, C
+  home "$1" "{$shared}"
+  echo '{"providers":{"fake":{"baseUrl":"http://127.0.0.1:'$llm_port'/v1","api":"openai-completions","models":[{"id":"m1"}]}}}' >"$work/$1/models.json"
+  echo '{"fake":[{"type":"api_key","key":"sk-test-AAAA"},{"type":"api_key","key":"sk-test-BBBB"},{"type":"api_key","key":"sk-test-CCCC"}]}' >"$work/$1/auth.json"
+  chmod 600 "$work/$1/auth.json"
+}
+# start_rpc NAME: a coagent --mode rpc of its own, stdin on fd 4+N (a fifo), connected to Redis
+start_rpc() {
+  cred_home "$1"
+  mkfifo "$work/$1.fifo"
+  COAGENT_DIR="$work/$1" "$COAGENT" --mode rpc --no-session --provider fake --model m1 \
+    <"$work/$1.fifo" >"$work/$1.out" 2>"$work/$1.err" &
+  procs_pids="${procs_pids:-} $!"
+  eval "exec ${2}>\"$work/$1.fifo\""
+  wait_for "$work/$1.out" '"type":"ready"'
+  local deadline=$((SECONDS + 10))
+  until grep -q '"limitsConnected":true' "$work/$1.out"; do
+    echo '{"id":"st","type":"get_state"}' >&"$2"
+    wait_for "$work/$1.out" '"id":"st"'
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.05
+  done
+}
+suffixes() { sed -n "$(($1 + 1)),\$p" llm.log | sed 's/.*"keySuffix":"\([^"]*\)".*/\1/' | paste -sd' '; }
+start_rpc p1 5
+echo '{"id":"q1","type":"prompt","message":"one"}' >&5
+check "blocks: process 1 settles" wait_for p1.out '"type":"agent_settled"' 15
+check "blocks: process 1 met the limit on A, then used B" [ "$(suffixes 0)" = "AAAA BBBB" ]
+fp_a=$(printf %s sk-test-AAAA | sha256sum | cut -d' ' -f1)
+check "blocks: Redis holds A's fingerprint" bash -c "redis-cli -p $port hkeys 'coagent:{limits}:blocks' | grep -qx 'fake $fp_a'"
+check "blocks: Redis holds no key" bash -c "! { redis-cli -p $port --scan; redis-cli -p $port hgetall 'coagent:{limits}:blocks'; } | grep -q sk-test"
+seen=$(wc -l <llm.log)
+start_rpc p2 6
+echo '{"id":"q2","type":"prompt","message":"two"}' >&6
+check "blocks: process 2 settles" wait_for p2.out '"type":"agent_settled"' 15
+p2_keys=$(suffixes "$seen")
+echo "blocks: process 2 used: $p2_keys" >&2
+check "blocks: process 2's requests never carry A" bash -c "[ -n '$p2_keys' ] && ! echo '$p2_keys' | grep -q AAAA"
+check "blocks: process 2 met no usage limit" bash -c "! grep -q auto_retry_start $work/p2.out"
+# the block ends (Redis's clock): a new process takes A again
+until_a=$(rcli hget 'coagent:{limits}:blocks' "fake $fp_a")
+deadline=$((SECONDS + 15))
+until [ "$(rcli time | head -1)" -ge $(( (until_a + 999) / 1000 )) ] || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+seen=$(wc -l <llm.log)
+cred_home p3
+COAGENT_DIR="$work/p3" "$COAGENT" --no-session --provider fake --model m1 -p three >p3.txt 2>p3.err
+check "blocks: after the block, A is used again" [ "$(suffixes "$seen")" = "AAAA" ]
+exec 5>&- 6>&-
+for p in $procs_pids; do wait "$p"; done
+procs_pids=""
+kill "$llm_pid"; wait "$llm_pid" 2>/dev/null; llm_pid=""
+
+# a fallback cooldown set in one process is honoured by the other: process 1 on fake/m1 meets a
+# usage limit with one credential and falls back to fake/m2 (m1 put aside for 60 s); process 2
+# on fake/m3 meets one too: its chain [m1, m2] skips m1 (put aside elsewhere) and takes m2
+rcli flushall >/dev/null
+usage_late="${usage%\}},\"delayMs\":300}"  # process 2's first answer: after its store has read Redis
+"$FAKELLM" --port 0 --log "$work/fb.log" --script "[$usage,{\"text\":\"fine\"},$usage_late,{\"text\":\"fine\",\"times\":100}]" >fb.out 2>fb.err &
+llm_pid=$!
+wait_for fb.out listening
+llm_port=$(head -1 fb.out | sed 's/.*://')
+chain='"retry":{"fallbackChains":{"default":["fake/m1","fake/m2"]}}'
+for n in f1 f2; do
+  home "$n" "{$shared,$chain}"
+  echo '{"providers":{"fake":{"baseUrl":"http://127.0.0.1:'$llm_port'/v1","api":"openai-completions","apiKey":"sk-test-ONLY","models":[{"id":"m1"},{"id":"m2"},{"id":"m3"}]}}}' >"$work/$n/models.json"
+done
+COAGENT_DIR="$work/f1" "$COAGENT" --mode json --no-session --provider fake --model m1 -p one >f1.jsonl 2>f1.err
+check "cooldown: process 1 fell back from m1 to m2" contains f1.jsonl '"type":"retry_fallback_applied","from":"fake/m1","to":"fake/m2"'
+check "cooldown: Redis holds m1's cooldown" bash -c "[ -n \"\$(redis-cli -p $port hget 'coagent:{limits}:cooldowns' fake/m1)\" ]"
+COAGENT_DIR="$work/f2" "$COAGENT" --mode json --no-session --provider fake --model m3 -p two >f2.jsonl 2>f2.err
+check "cooldown: process 2 skips m1, put aside by process 1" contains f2.jsonl '"type":"retry_fallback_applied","from":"fake/m3","to":"fake/m2"'
+check "cooldown: process 2 sent nothing to m1" [ "$(sed -n '3,$p' fb.log | grep -c '"model":"m1"')" = 0 ]
+kill "$llm_pid"; wait "$llm_pid" 2>/dev/null; llm_pid=""
 
 # ---- 3. unreachable, wrong password: a warning, local state, exit 0 -------------------------
 stop_redis
