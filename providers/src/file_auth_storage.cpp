@@ -175,7 +175,8 @@ std::vector<credential_state> file_auth_storage::states(std::string_view provide
     for (const auto& c : creds) {
         std::int64_t b = c.blocked_until;
         if (shared_) b = std::max(b, shared_->credential_blocked_until(provider, c.fingerprint));
-        out.push_back({effective_block(b, now)});
+        out.push_back({effective_block(b, now),
+                       shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
     }
     return out;
 }
@@ -196,13 +197,17 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
                     return c.key;
                 const auto st = states(provider, creds, now);
                 const std::size_t next = choose_credential(st, now);
-                if (st[next].blocked_until <= now) u->second = creds[next].key;
+                if (st[next].blocked_until <= now) {
+                    u->second = creds[next].key;
+                    shared_->lease_credential(provider, creds[next].fingerprint, session_id);
+                }
                 return u->second;
             }
         // the key left the file: choose again
     }
     const auto& chosen = creds[choose_credential(states(provider, creds, now), now)];
     in_use_[k] = chosen.key;
+    if (shared_) shared_->lease_credential(provider, chosen.fingerprint, session_id);  // §11.26
     return chosen.key;
 }
 
@@ -270,7 +275,18 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     const std::size_t next = choose_credential(st, now);
     const bool switched = creds[next].key != u->second && st[next].blocked_until <= now;
     u->second = creds[next].key;
+    if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);
     return switched;
+}
+
+void file_auth_storage::end_session(std::string_view session_id) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(in_use_, [&](const auto& e) {
+        const auto nl = e.first.find('\n');
+        if (std::string_view(e.first).substr(nl + 1) != session_id) return false;
+        if (shared_) shared_->release_credential(e.first.substr(0, nl), session_id);
+        return true;
+    });
 }
 
 std::size_t file_auth_storage::credential_count(std::string_view provider) {
@@ -286,6 +302,18 @@ std::int64_t file_auth_storage::blocked_until(std::string_view provider, std::si
     auto it = creds_.find(provider);
     if (it == creds_.end() || index >= it->second.size()) return 0;
     return effective_block(it->second[index].blocked_until, now_ms_());
+}
+
+std::vector<credential_block> file_auth_storage::blocks() {
+    std::lock_guard lock(mutex_);
+    refresh_locked();
+    const std::int64_t now = now_ms_();
+    std::vector<credential_block> out;
+    for (const auto& [provider, creds] : creds_)
+        for (const auto& c : creds)
+            if (const std::int64_t b = effective_block(c.blocked_until, now); b > now)
+                out.push_back({provider, c.fingerprint, b});
+    return out;
 }
 
 std::vector<std::pair<std::string, std::size_t>> file_auth_storage::unblock(

@@ -25,7 +25,10 @@
 #include <charconv>
 #include <map>
 #include <mutex>
+#include <random>
 #include <vector>
+
+#include <unistd.h>
 
 namespace coagent {
 
@@ -89,6 +92,41 @@ end
 redis.call('PUBLISH', ARGV[2], '- ' .. p)
 return 1
 )lua";
+
+// The credential pool's leases. KEYS[1] the leases hash, fields "<provider> <fingerprint>
+// <process>" → "<sessions> <expires>"; ARGV: process, ttl (ms), channel, publish ("1"/"0"), then
+// pairs "<provider> <fingerprint>", sessions. Replaces this process's fields (expiring ttl ms
+// from Redis's clock), drops the expired ones of every process (a process that died), and
+// publishes "l <process>" when asked (the process's counts changed).
+constexpr std::string_view lease_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = ' ' .. ARGV[1]
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local exp = tonumber(string.match(all[i + 1], ' (%d+)$') or '0') or 0
+  if string.sub(all[i], -#me) == me or exp <= now then redis.call('HDEL', KEYS[1], all[i]) end
+end
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i] .. me,
+    ARGV[i + 1] .. ' ' .. string.format('%d', now + tonumber(ARGV[2])))
+end
+if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], 'l ' .. ARGV[1]) end
+return 1
+)lua";
+
+// A name for this process in the leases: host, pid and 32 random bits.
+std::string process_name() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    std::random_device rd;
+    char tail[16];
+    std::snprintf(tail, sizeof tail, "%08x", static_cast<unsigned>(rd()));
+    std::string name =
+        std::string(host[0] ? host : "host") + ":" + std::to_string(::getpid()) + ":" + tail;
+    std::replace(name.begin(), name.end(), ' ', '_');
+    return name;
+}
 
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -159,7 +197,14 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         blocks_key = opts.key_prefix + "{limits}:blocks";
         cooldowns_key = opts.key_prefix + "{limits}:cooldowns";
         chan = opts.key_prefix + "{limits}:events";
+        leases_key = opts.key_prefix + "{limits}:leases";
+        me = process_name();
     }
+    std::string leases_key, me;
+    credential_leases_table own;                              // this process's sessions (mutex)
+    std::map<std::string, std::int64_t, std::less<>> others;  // block key → others' sessions
+    bool leases_dirty = false;             // own changed since the last send (mutex)
+    std::atomic<bool> reread_soon{false};  // another process's leases changed
 
     asio::any_io_executor ex;
     redis_limit_store_options opts;
@@ -438,6 +483,73 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         co_return true;
     }
 
+    // this process's leases, all of them (a change, or the refresh); false: the connection failed
+    asio::awaitable<bool> send_leases(connection_ptr c, std::string& error) {
+        std::vector<std::string> args{"EVAL", std::string(lease_script),
+                                      "1",    leases_key,
+                                      me,     std::to_string(opts.lease_ttl.count()),
+                                      chan};
+        {
+            std::lock_guard lock(mutex);
+            args.push_back(leases_dirty ? "1" : "0");
+            leases_dirty = false;
+            for (const auto& [k, n] : own.counts()) {
+                args.push_back(k);
+                args.push_back(std::to_string(n));
+            }
+        }
+        auto r = co_await command(c, std::move(args), error);
+        if (!r) {
+            std::lock_guard lock(mutex);
+            leases_dirty = true;
+            co_return false;
+        }
+        if (r->type == REDIS_REPLY_ERROR)
+            opts.logger->error(
+                "limits: redis: unexpected error reply to the lease script on key "
+                "{}: {}",
+                leases_key, std::string(r->str, r->len));
+        co_return true;
+    }
+
+    // the other processes' leases, as the hash says at `redis_now`
+    asio::awaitable<bool> read_leases(connection_ptr c, std::int64_t redis_now,
+                                      std::string& error) {
+        std::vector<std::string> get{"HGETALL", leases_key};
+        auto r = co_await command(c, std::move(get), error);
+        if (!r) co_return false;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+            opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
+                               type_name(r->type), leases_key);
+            co_return true;
+        }
+        until_map fresh;
+        const std::string mine = " " + me;
+        for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+            const redisReply* f = r->element[i];
+            const redisReply* v = r->element[i + 1];
+            if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+            const std::string_view field(f->str, f->len);
+            const std::string_view value(v->str, v->len);
+            const auto last = field.rfind(' ');
+            const auto sp = value.find(' ');
+            const auto n =
+                sp == std::string_view::npos ? std::nullopt : to_int(value.substr(0, sp));
+            const auto exp =
+                sp == std::string_view::npos ? std::nullopt : to_int(value.substr(sp + 1));
+            if (last == std::string_view::npos || !n || !exp) {
+                opts.logger->error("limits: redis: unexpected value in key {} (field {})",
+                                   leases_key, std::string(field));
+                continue;
+            }
+            if (field.ends_with(mine) || *exp <= redis_now) continue;
+            fresh[std::string(field.substr(0, last))] += *n;
+        }
+        std::lock_guard lock(mutex);
+        others = std::move(fresh);
+        co_return true;
+    }
+
     // the full re-read (HGETALL); false: the connection failed
     asio::awaitable<bool> resync(connection_ptr c, std::string& error) {
         std::vector<std::string> args{"HGETALL", key};
@@ -502,7 +614,7 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                             redis_now);
             }
         }
-        co_return true;
+        co_return co_await read_leases(c, redis_now, error);
     }
 
     asio::awaitable<void> pause(std::chrono::milliseconds d) {
@@ -523,11 +635,11 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     }
     bool idle() const {
         std::lock_guard lock(mutex);
-        return queue.empty() && deposits.empty();
+        return queue.empty() && deposits.empty() && !leases_dirty;
     }
     bool has_queue() const {
         std::lock_guard lock(mutex);
-        return !queue.empty();
+        return !queue.empty() || leases_dirty || reread_soon;
     }
     bool has_deposits() const {
         std::lock_guard lock(mutex);
@@ -574,10 +686,19 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
             auto next_flush = clock_type::now() + self->opts.deposit_interval;
             for (;;) {
                 const auto now = clock_type::now();
-                if (now >= next_resync) {
+                if (now >= next_resync) {  // with the leases' refresh
+                    if (!co_await self->send_leases(c, error)) break;
                     if (!co_await self->resync(c, error)) break;
                     next_resync = now + self->opts.resync;
+                } else if (self->reread_soon.exchange(false)) {
+                    if (!co_await self->resync(c, error)) break;
                 }
+                bool dirty = false;
+                {
+                    std::lock_guard lock(self->mutex);
+                    dirty = self->leases_dirty;
+                }
+                if (dirty && !co_await self->send_leases(c, error)) break;
                 const bool due = self->stopping || now >= next_flush;
                 if (due) next_flush = now + self->opts.deposit_interval;
                 bool failed = false;
@@ -649,6 +770,11 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                     else
                         self->opts.logger->error("limits: redis: unexpected message on channel {}",
                                                  self->chan);
+                } else if (tag == "l") {  // a process's leases changed: re-read them
+                    if (provider != self->me) {
+                        self->reread_soon = true;
+                        asio::post(self->ex, [self] { self->wake.cancel(); });
+                    }
                 } else if (tag == "-") {
                     self->forget(provider);
                 } else if (const auto level = to_int(tag)) {
@@ -695,6 +821,11 @@ redis_limit_store::~redis_limit_store() {
 }
 
 void redis_limit_store::stop() {
+    {
+        std::lock_guard lock(state_->mutex);  // this process leaves the pool
+        if (!state_->own.counts().empty()) state_->leases_dirty = true;
+        state_->own = credential_leases_table();
+    }
     if (state_->stopping.exchange(true)) return;
     asio::post(state_->ex, [s = state_] {
         s->shut(false);
@@ -829,6 +960,45 @@ std::string redis_limit_store::budget_key() const {
 }
 std::string redis_limit_store::channel() const {
     return state_->chan;
+}
+
+}  // namespace coagent
+
+namespace coagent {
+
+void redis_limit_store::lease_credential(std::string_view provider, std::string_view fingerprint,
+                                         std::string_view session) {
+    {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->own.lease(provider, fingerprint, session)) return;
+        state_->leases_dirty = true;
+    }
+    state_->poke();
+}
+
+void redis_limit_store::release_credential(std::string_view provider, std::string_view session) {
+    {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->own.release(provider, session)) return;
+        state_->leases_dirty = true;
+    }
+    state_->poke();
+}
+
+std::int64_t redis_limit_store::credential_sessions(std::string_view provider,
+                                                    std::string_view fingerprint) const {
+    const std::string k = credential_block_key(provider, fingerprint);
+    std::lock_guard lock(state_->mutex);
+    const auto it = state_->others.find(k);
+    return state_->own.count(k) + (it == state_->others.end() ? 0 : it->second);
+}
+
+std::vector<credential_lease_count> redis_limit_store::credential_leases() const {
+    std::lock_guard lock(state_->mutex);
+    std::map<std::string, std::int64_t, std::less<>> all(state_->others.begin(),
+                                                         state_->others.end());
+    for (const auto& [k, n] : state_->own.counts()) all[k] += n;
+    return split_lease_counts(all);
 }
 
 }  // namespace coagent

@@ -106,7 +106,13 @@ agent_session::agent_session(session_options o)
     }
 }
 
-agent_session::~agent_session() = default;
+agent_session::~agent_session() {
+    // its credentials go back to the pool (§11.26)
+    const auto own = rare_ ? rare_->auth : nullptr;
+    if (own) own->end_session(history_.session_id());
+    if (const auto p = provider_ ? provider_->credentials() : nullptr; p && p != own)
+        p->end_session(history_.session_id());
+}
 
 agent_session::rare_members& agent_session::rare() {
     if (!rare_) rare_ = std::make_unique<rare_members>();

@@ -25,13 +25,10 @@ std::int64_t usage_block_until(std::optional<std::int64_t> hint_ms, std::int64_t
 
 std::size_t choose_credential(std::span<const credential_state> states, std::int64_t now_ms) {
     std::size_t best = 0;
-    std::int64_t best_at = std::numeric_limits<std::int64_t>::max();
-    for (std::size_t i = 0; i < states.size(); ++i) {
+    for (std::size_t i = 1; i < states.size(); ++i) {
         const std::int64_t at = std::max(states[i].blocked_until, now_ms);  // available from
-        if (at < best_at) {
-            best = i;
-            best_at = at;
-        }
+        const std::int64_t best_at = std::max(states[best].blocked_until, now_ms);
+        if (at < best_at || (at == best_at && states[i].sessions < states[best].sessions)) best = i;
     }
     return best;
 }
@@ -55,7 +52,7 @@ std::vector<credential_state> in_memory_auth_storage::states(std::string_view pr
         if (shared_)
             b = std::max(
                 b, clamp_block(shared_->credential_blocked_until(provider, c.fingerprint), now));
-        out.push_back({b});
+        out.push_back({b, shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
     }
     return out;
 }
@@ -71,12 +68,15 @@ std::string in_memory_auth_storage::api_key(std::string_view provider,
     auto u = in_use_.find(k);
     if (u == in_use_.end()) {
         u = in_use_.emplace(k, choose_credential(states(provider, creds, now), now)).first;
+        if (shared_) shared_->lease_credential(provider, creds[u->second].fingerprint, session_id);
     } else if (shared_ &&
                shared_->credential_blocked_until(provider, creds[u->second].fingerprint) > now) {
         // another process blocked it: move to a free one, if there is one (§11.24)
         const auto st = states(provider, creds, now);
-        if (const auto next = choose_credential(st, now); st[next].blocked_until <= now)
+        if (const auto next = choose_credential(st, now); st[next].blocked_until <= now) {
             u->second = next;
+            shared_->lease_credential(provider, creds[next].fingerprint, session_id);
+        }
     }
     return creds[u->second].key;
 }
@@ -100,7 +100,18 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
     const std::size_t next = choose_credential(st, now);
     const bool switched = next != u->second && st[next].blocked_until <= now;
     u->second = next;  // the next request uses it: a free one, else the one free soonest
+    if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);
     return switched;
+}
+
+void in_memory_auth_storage::end_session(std::string_view session_id) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(in_use_, [&](const auto& e) {
+        const auto nl = e.first.find('\n');
+        if (std::string_view(e.first).substr(nl + 1) != session_id) return false;
+        if (shared_) shared_->release_credential(e.first.substr(0, nl), session_id);
+        return true;
+    });
 }
 
 std::int64_t in_memory_auth_storage::blocked_until(std::string_view provider,

@@ -116,6 +116,72 @@ std::vector<model_cooldown> local_limit_store::model_cooldowns(std::int64_t now_
     return out;
 }
 
+bool credential_leases_table::lease(std::string_view provider, std::string_view fingerprint,
+                                    std::string_view session) {
+    std::string s;
+    s.append(provider).append(1, '\n').append(session);
+    std::string key = credential_block_key(provider, fingerprint);
+    auto it = by_session_.find(s);
+    if (it != by_session_.end()) {
+        if (it->second == key) return false;
+        if (auto c = counts_.find(it->second); c != counts_.end() && --c->second <= 0)
+            counts_.erase(c);
+        it->second = key;
+    } else {
+        by_session_.emplace(std::move(s), key);
+    }
+    ++counts_[std::move(key)];
+    return true;
+}
+
+bool credential_leases_table::release(std::string_view provider, std::string_view session) {
+    std::string s;
+    s.append(provider).append(1, '\n').append(session);
+    auto it = by_session_.find(s);
+    if (it == by_session_.end()) return false;
+    if (auto c = counts_.find(it->second); c != counts_.end() && --c->second <= 0) counts_.erase(c);
+    by_session_.erase(it);
+    return true;
+}
+
+std::int64_t credential_leases_table::count(std::string_view block_key) const {
+    const auto it = counts_.find(block_key);
+    return it == counts_.end() ? 0 : it->second;
+}
+
+void local_limit_store::lease_credential(std::string_view provider, std::string_view fingerprint,
+                                         std::string_view session) {
+    std::lock_guard lock(mutex_);
+    leases_.lease(provider, fingerprint, session);
+}
+
+void local_limit_store::release_credential(std::string_view provider, std::string_view session) {
+    std::lock_guard lock(mutex_);
+    leases_.release(provider, session);
+}
+
+std::int64_t local_limit_store::credential_sessions(std::string_view provider,
+                                                    std::string_view fingerprint) const {
+    std::lock_guard lock(mutex_);
+    return leases_.count(credential_block_key(provider, fingerprint));
+}
+
+std::vector<credential_lease_count> split_lease_counts(
+    const std::map<std::string, std::int64_t, std::less<>>& counts) {
+    std::vector<credential_lease_count> out;
+    for (const auto& [k, n] : counts) {
+        if (n <= 0) continue;
+        const auto space = k.rfind(' ');
+        out.push_back({k.substr(0, space), k.substr(space + 1), n});
+    }
+    return out;
+}
+
+std::vector<credential_lease_count> local_limit_store::credential_leases() const {
+    std::lock_guard lock(mutex_);
+    return split_lease_counts(leases_.counts());
+}
+
 void local_limit_store::clear(std::optional<std::string_view> provider) {
     std::lock_guard lock(mutex_);
     if (!provider) {

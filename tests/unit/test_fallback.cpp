@@ -474,8 +474,12 @@ TEST_CASE(
         for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
         if (shared) p->share_limits(store);
     }
-    CHECK(p2->api_key("a", "old") == "key-A");  // a session of process 2, before the block
+    // before the block: A has a session in each process (with the pool, §11.26, B and C
+    // have one each in process 1 first)
     CHECK(p1->api_key("a", "s1") == "key-A");
+    CHECK(p1->api_key("a", "x1") == (shared ? "key-B" : "key-A"));
+    CHECK(p1->api_key("a", "x2") == (shared ? "key-C" : "key-A"));
+    CHECK(p2->api_key("a", "old") == "key-A");
     CHECK(p1->mark_usage_limit_reached("a", "s1", 30'000));  // retry-after: 30
     CHECK(p1->api_key("a", "s1") == "key-B");
     if (!shared) {
@@ -491,18 +495,20 @@ TEST_CASE(
     CHECK(blocks[0].provider == "a");
     CHECK(blocks[0].fingerprint == credential_fingerprint("key-A"));
     CHECK(blocks[0].until_ms == t0 + 30'000);
-    // process 2: the session on A moves at its next request, a new session never takes A
-    CHECK(p2->api_key("a", "old") == "key-B");
+    // process 2: the session on A moves at its next request (to C: B has two sessions, C one),
+    // a new session never takes A (B and C have two each: B)
+    CHECK(p2->api_key("a", "old") == "key-C");
     CHECK(p2->api_key("a", "new") == "key-B");
-    // a block process 2 did not see itself also ends a switch there: B blocked too → C
+    // a block process 1 did not set itself moves its session too: B blocked → C
     CHECK(p2->mark_usage_limit_reached("a", "new", 10'000));
     CHECK(p2->api_key("a", "new") == "key-C");
     CHECK(p1->api_key("a", "s1") == "key-C");  // process 1 learns of B's block
-    // every credential blocked: a session keeps the one it has (nothing free to move to)
+    // every credential blocked: a usage limit moves the session to the one free soonest (B, at
+    // +10 s) and is no switch; a session on a blocked credential keeps it when none is free
     CHECK_FALSE(p1->mark_usage_limit_reached("a", "s1", 20'000));
-    CHECK(p1->api_key("a", "s1") == "key-B");   // the one free soonest (B ends at +10 s)
-    CHECK(p2->api_key("a", "old") == "key-B");  // B: blocked, but nothing is free
-    // after the blocks, a new session takes A again
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    CHECK(p2->api_key("a", "old") == "key-C");
+    // after the blocks, a new session takes A again (no session on it any more)
     now = t0 + 30'000;
     CHECK(p2->api_key("a", "later") == "key-A");
 }
@@ -544,4 +550,86 @@ TEST_CASE(
     CHECK(two.h->result->outcome == prompt_result::status::succeeded);
     // and c/m3's cooldown is the store's too, dated by session 2's clock
     CHECK(store->model_cooldown_until("c/m3") == (shared ? t0 + 61'000 : 0));
+}
+
+TEST_CASE("choose_credential §11.26: of the credentials available earliest, the fewest sessions",
+          "[limits][usage-limit][pool]") {
+    using cs = credential_state;
+    const std::int64_t now = t0;
+    CHECK(choose_credential(std::vector<cs>{{0, 2}, {0, 1}, {0, 1}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{0, 1}, {0, 1}, {0, 1}}, now) == 0);
+    CHECK(choose_credential(std::vector<cs>{{0, 3}, {now + 1, 0}, {0, 5}}, now) ==
+          0);                                                                         // free first
+    CHECK(choose_credential(std::vector<cs>{{now + 9, 0}, {now + 5, 7}}, now) == 1);  // earliest
+    CHECK(choose_credential(std::vector<cs>{{now + 5, 2}, {now + 5, 1}}, now) == 1);
+}
+
+TEST_CASE(
+    "credential pool §11.26: a new session takes the free credential with the fewest "
+    "sessions, a session keeps its own, an ended session leaves the pool",
+    "[limits][usage-limit][pool]") {
+    std::int64_t now = t0;
+    const auto clock = [&] { return now; };
+    auto store = std::make_shared<local_limit_store>();
+    const bool shared = GENERATE(true, false);
+    auto p1 = std::make_shared<in_memory_auth_storage>(clock);
+    auto p2 = std::make_shared<in_memory_auth_storage>(clock);
+    for (const auto& p : {p1, p2}) {
+        for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
+        if (shared) p->share_limits(store);
+    }
+    // process 1 starts on A, meets a usage limit, switches to B and stays
+    CHECK(p1->api_key("a", "s1") == "key-A");
+    CHECK(p1->mark_usage_limit_reached("a", "s1", 30'000));
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    if (!shared) {
+        CHECK(p2->api_key("a", "s2") == "key-A");  // no pool, no shared block: today's choice
+        return;
+    }
+    const auto fa = credential_fingerprint("key-A");
+    const auto fb = credential_fingerprint("key-B");
+    const auto fc = credential_fingerprint("key-C");
+    CHECK(store->credential_sessions("a", fa) == 0);
+    CHECK(store->credential_sessions("a", fb) == 1);
+    // process 2: A is blocked, B has a session, C none → C
+    CHECK(p2->api_key("a", "s2") == "key-C");
+    // then B and C have one each: the first of them
+    CHECK(p2->api_key("a", "s3") == "key-B");
+    CHECK(store->credential_sessions("a", fb) == 2);
+    // a session keeps its credential though another now has fewer sessions
+    p1->end_session("s1");
+    CHECK(store->credential_sessions("a", fb) == 1);
+    CHECK(p2->api_key("a", "s2") == "key-C");
+    CHECK(p2->api_key("a", "s3") == "key-B");
+    // the block over: A has no session → A; then every credential has one → the first
+    now = t0 + 30'000;
+    CHECK(p1->api_key("a", "s4") == "key-A");
+    CHECK(p1->api_key("a", "s5") == "key-A");
+    const auto leases = store->credential_leases();
+    REQUIRE(leases.size() == 3);
+    CHECK(leases[0].provider == "a");
+    std::int64_t total = 0;
+    for (const auto& l : leases) total += l.sessions;
+    CHECK(total == 4);
+    // a usage-limit switch takes the free credential with the fewest sessions: s4 leaves A
+    // (A: s5), B has s3, C has s2 → B, the first of the two
+    CHECK(p1->mark_usage_limit_reached("a", "s4", 1'000));
+    CHECK(p1->api_key("a", "s4") == "key-B");
+    CHECK(store->credential_sessions("a", fa) == 1);
+    CHECK(store->credential_sessions("a", fb) == 2);
+    CHECK(store->credential_sessions("a", fc) == 1);
+}
+
+TEST_CASE("credential pool §11.26: a session that ends gives its lease back",
+          "[limits][session][pool]") {
+    auto store = std::make_shared<local_limit_store>();
+    auto auth = std::make_shared<in_memory_auth_storage>([] { return t0; });
+    auth->add_credential("faux", "key-A");
+    auth->share_limits(store);
+    auto h = std::make_unique<harness>(R"([{"text":"ok"}])", settings{},
+                                       [&](session_options& o) { o.auth = auth; });
+    CHECK(auth->api_key("faux", h->session->session_id()) == "key-A");
+    CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 1);
+    h->session.reset();
+    CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 0);
 }

@@ -155,8 +155,9 @@ check "rpc: exactly one unavailable warning" [ "$(count rpc.err 'unavailable (')
 # Three keys A, B, C in each process's own auth.json (separate COAGENT_DIRs: two machines), one
 # coagent-fakellm (its --log records each request's key suffix). Process 1 starts on A, meets a
 # usage-limit 429 and switches to B; it stays alive. Process 2 starts after that: none of its
-# requests carries A. The hint is 4 s instead of 30 (a shortened block, so the test can see it
-# end): after it, a new process takes A again.
+# requests carries A, and it does not take B either (the pool: fewest active sessions → C). The
+# hint is 4 s instead of 30 (a shortened block, so the test can see it end): after it, a new
+# process takes A again (no session on it; B and C have one each).
 rcli flushall >/dev/null
 usage='{"status":429,"headers":{"retry-after":"4"},"body":{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}}'
 "$FAKELLM" --port 0 --log "$work/llm.log" --script "[$usage,{\"text\":\"fine\",\"times\":1000}]" >llm.out 2>llm.err &
@@ -176,6 +177,7 @@ start_rpc() {
   COAGENT_DIR="$work/$1" "$COAGENT" --mode rpc --no-session --provider fake --model m1 \
     <"$work/$1.fifo" >"$work/$1.out" 2>"$work/$1.err" &
   procs_pids="${procs_pids:-} $!"
+  last_pid=$!
   eval "exec ${2}>\"$work/$1.fifo\""
   wait_for "$work/$1.out" '"type":"ready"'
   local deadline=$((SECONDS + 10))
@@ -196,12 +198,32 @@ check "blocks: Redis holds A's fingerprint" bash -c "redis-cli -p $port hkeys 'c
 check "blocks: Redis holds no key" bash -c "! { redis-cli -p $port --scan; redis-cli -p $port hgetall 'coagent:{limits}:blocks'; } | grep -q sk-test"
 seen=$(wc -l <llm.log)
 start_rpc p2 6
+p2_pid=$last_pid
 echo '{"id":"q2","type":"prompt","message":"two"}' >&6
 check "blocks: process 2 settles" wait_for p2.out '"type":"agent_settled"' 15
 p2_keys=$(suffixes "$seen")
 echo "blocks: process 2 used: $p2_keys" >&2
 check "blocks: process 2's requests never carry A" bash -c "[ -n '$p2_keys' ] && ! echo '$p2_keys' | grep -q AAAA"
 check "blocks: process 2 met no usage limit" bash -c "! grep -q auto_retry_start $work/p2.out"
+check "pool: process 2 took C (B has process 1's session)" [ "$p2_keys" = "CCCC" ]
+fp_b=$(printf %s sk-test-BBBB | sha256sum | cut -d' ' -f1)
+fp_c=$(printf %s sk-test-CCCC | sha256sum | cut -d' ' -f1)
+check "pool: Redis holds one lease on B and one on C, none on A" bash -c "
+  l=\$(redis-cli -p $port hkeys 'coagent:{limits}:leases')
+  [ \$(echo \"\$l\" | grep -c 'fake $fp_b ') = 1 ] && [ \$(echo \"\$l\" | grep -c 'fake $fp_c ') = 1 ] && ! echo \"\$l\" | grep -q '$fp_a'"
+# coagent limits shows it: A's block (Redis), one session on B and one on C
+cred_home p3
+COAGENT_DIR="$work/p3" "$COAGENT" limits --json >lim.json 2>lim.err; rc=$?
+check "limits --json: exit 0" [ $rc = 0 ]
+check "limits --json: A blocked, one session on B and on C" python3 -c "
+import json; o=json.load(open('$work/lim.json'))
+assert o['store']=='redis' and o['connected'] is True, o
+b=[x for x in o['blockedCredentials'] if x['source']=='redis']
+assert len(b)==1 and b[0]['provider']=='fake' and b[0]['fingerprint']=='$fp_a' and 0<b[0]['leftMs']<=4000, b
+s={x['fingerprint']:x['sessions'] for x in o['activeSessions']}
+assert s=={'$fp_b':1,'$fp_c':1}, s"
+COAGENT_DIR="$work/p3" "$COAGENT" limits >lim.txt 2>lim.err
+check "limits: the text names the store and A's block" bash -c "grep -q 'store: redis at 127.0.0.1:$port (connected)' $work/lim.txt && grep -q '^  fake  $fp_a  .* left  (redis)$' $work/lim.txt"
 # the block ends (Redis's clock): a new process takes A again
 until_a=$(rcli hget 'coagent:{limits}:blocks' "fake $fp_a")
 deadline=$((SECONDS + 15))
@@ -210,8 +232,13 @@ seen=$(wc -l <llm.log)
 cred_home p3
 COAGENT_DIR="$work/p3" "$COAGENT" --no-session --provider fake --model m1 -p three >p3.txt 2>p3.err
 check "blocks: after the block, A is used again" [ "$(suffixes "$seen")" = "AAAA" ]
+check "pool: a process that ended left no lease" bash -c "! redis-cli -p $port hkeys 'coagent:{limits}:leases' | grep -q '$fp_a'"
+# a process that dies leaves its lease behind until it expires (10 s, dropped by the others'
+# refresh every 3 s)
+{ kill -9 "$p2_pid"; wait "$p2_pid"; } 2>/dev/null
+check "pool: a dead process's lease expires" bash -c "for i in \$(seq 200); do redis-cli -p $port hkeys 'coagent:{limits}:leases' | grep -q '$fp_c' || exit 0; sleep 0.1; done; exit 1"
 exec 5>&- 6>&-
-for p in $procs_pids; do wait "$p"; done
+for p in $procs_pids; do wait "$p" 2>/dev/null; done
 procs_pids=""
 kill "$llm_pid"; wait "$llm_pid" 2>/dev/null; llm_pid=""
 
@@ -235,6 +262,14 @@ check "cooldown: Redis holds m1's cooldown" bash -c "[ -n \"\$(redis-cli -p $por
 COAGENT_DIR="$work/f2" "$COAGENT" --mode json --no-session --provider fake --model m3 -p two >f2.jsonl 2>f2.err
 check "cooldown: process 2 skips m1, put aside by process 1" contains f2.jsonl '"type":"retry_fallback_applied","from":"fake/m3","to":"fake/m2"'
 check "cooldown: process 2 sent nothing to m1" [ "$(sed -n '3,$p' fb.log | grep -c '"model":"m1"')" = 0 ]
+COAGENT_DIR="$work/f2" "$COAGENT" limits --json >lim2.json 2>lim2.err
+check "limits --json: the cooldowns" python3 -c "
+import json; o=json.load(open('$work/lim2.json'))
+m={x['model'] for x in o['modelCooldowns']}
+assert m=={'fake/m1','fake/m3'}, o"
+COAGENT_DIR="$work/f2" "$COAGENT" limits --clear --provider fake >clr.txt 2>clr.err; rc=$?
+check "limits --clear --provider: exit 0, what it did" bash -c "[ $rc = 0 ] && grep -q 'redis at 127.0.0.1:$port: cleared the limits of provider fake' $work/clr.txt"
+check "limits --clear --provider: the cooldowns are gone from Redis" [ -z "$(rcli hkeys 'coagent:{limits}:cooldowns')" ]
 kill "$llm_pid"; wait "$llm_pid" 2>/dev/null; llm_pid=""
 
 # ---- 3. unreachable, wrong password: a warning, local state, exit 0 -------------------------

@@ -56,11 +56,17 @@ class file_auth_storage final : public auth_storage {
     /// recorded there too.
     bool mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
                                   std::optional<std::int64_t> retry_after_ms) override;
+    /// The session ended: its choices are forgotten, its leases released (§11.26).
+    void end_session(std::string_view session_id) override;
 
     /// Stored api_key credentials of `provider` (after re-reading a changed file).
     std::size_t credential_count(std::string_view provider);
     /// blockedUntil of credential `index` (0: not blocked), as the file says now.
     std::int64_t blocked_until(std::string_view provider, std::size_t index);
+
+    /// The blocks the file holds now (after re-reading a changed file), by fingerprint, for
+    /// `coagent limits`; ends clamped to 7 days, the ended ones left out.
+    std::vector<credential_block> blocks();
 
     const std::filesystem::path& file() const noexcept { return file_; }
 

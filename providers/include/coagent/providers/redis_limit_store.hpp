@@ -33,6 +33,7 @@ struct redis_limit_store_options {
     std::chrono::milliseconds resync{3000};            ///< the full re-read
     std::chrono::milliseconds deposit_interval{1000};  ///< batched deposits: at most one write
     std::chrono::milliseconds max_backoff{5000};       ///< between reconnection attempts
+    std::chrono::milliseconds lease_ttl{10000};        ///< a dead process's leases go after this
 };
 
 class redis_limit_store final : public limit_store {
@@ -60,6 +61,12 @@ class redis_limit_store final : public limit_store {
     std::int64_t model_cooldown_until(std::string_view model) const override;
     std::vector<credential_block> credential_blocks(std::int64_t now_ms) const override;
     std::vector<model_cooldown> model_cooldowns(std::int64_t now_ms) const override;
+    void lease_credential(std::string_view provider, std::string_view fingerprint,
+                          std::string_view session) override;
+    void release_credential(std::string_view provider, std::string_view session) override;
+    std::int64_t credential_sessions(std::string_view provider,
+                                     std::string_view fingerprint) const override;
+    std::vector<credential_lease_count> credential_leases() const override;
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "redis"; }
     bool connected() const noexcept override;

@@ -30,12 +30,13 @@ inline constexpr std::int64_t max_usage_block_ms = std::int64_t{7} * 24 * 60 * 6
 /// One credential of a provider as the choice sees it.
 struct credential_state {
     std::int64_t blocked_until = 0;  ///< epoch ms (the later of the stored and the shared block)
+    std::int64_t sessions = 0;       ///< active sessions on it (the pool's leases, §11.26)
 };
 
-/// The credential choice (§11.24), plain code: the credential available earliest (a free one is
-/// available now), the first of those in the list's order. A new session takes it; a usage
-/// limit (its credential now blocked) takes it; so does a session whose credential another
-/// process blocked. `states` is not empty.
+/// The credential choice (§11.24, §11.26), plain code: the credential available earliest (a free
+/// one is available now); of those, the one with the fewest active sessions; then the first in
+/// the list's order. A new session takes it; a usage limit (its credential now blocked) takes
+/// it; so does a session whose credential another process blocked. `states` is not empty.
 std::size_t choose_credential(std::span<const credential_state> states, std::int64_t now_ms);
 
 class auth_storage {
@@ -48,6 +49,8 @@ class auth_storage {
                                           std::optional<std::int64_t> retry_after_ms) = 0;
     /// The key the session's next request to `provider` uses (empty if none).
     virtual std::string api_key(std::string_view provider, std::string_view session_id) = 0;
+    /// The session ended: it holds no credential any more (its leases go, §11.26).
+    virtual void end_session(std::string_view session_id) { (void)session_id; }
 
     /// Shares the usage-limit blocks through `store` (docs/limits.md): a block is also recorded
     /// there, and a credential the store says is blocked counts as blocked, so a session moves
@@ -69,6 +72,7 @@ class in_memory_auth_storage final : public auth_storage {
     bool mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
                                   std::optional<std::int64_t> retry_after_ms) override;
     std::string api_key(std::string_view provider, std::string_view session_id) override;
+    void end_session(std::string_view session_id) override;
 
     /// When credential `index` of `provider` is blocked until (epoch ms), 0 if not blocked.
     std::int64_t blocked_until(std::string_view provider, std::size_t index) const;

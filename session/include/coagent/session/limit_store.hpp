@@ -44,6 +44,13 @@ struct model_cooldown {
     std::int64_t until_ms = 0;  ///< epoch ms, this process's clock
 };
 
+/// How many sessions use one credential (the pool's leases), for `coagent limits`.
+struct credential_lease_count {
+    std::string provider;
+    std::string fingerprint;
+    std::int64_t sessions = 0;
+};
+
 /// The fingerprint of an API key: the lowercase hex SHA-256 of its bytes (64 characters). What
 /// the limit store keeps instead of the key.
 std::string credential_fingerprint(std::string_view key);
@@ -73,6 +80,20 @@ class limit_store {
                                  std::int64_t now_ms) = 0;
     /// Until when (epoch ms) `model` is put aside; 0 or a past time: not.
     virtual std::int64_t model_cooldown_until(std::string_view model) const = 0;
+    /// The credential pool (§11.26): session `session` now uses `provider`'s credential
+    /// `fingerprint` (a session holds one lease per provider; a new one replaces it). A shared
+    /// store keeps the lease while this process lives (refreshed in the background; it expires
+    /// when the process dies).
+    virtual void lease_credential(std::string_view provider, std::string_view fingerprint,
+                                  std::string_view session) = 0;
+    /// The session ended, or uses no stored credential of `provider` any more: its lease goes.
+    virtual void release_credential(std::string_view provider, std::string_view session) = 0;
+    /// The active sessions on the credential, in every process of the store.
+    virtual std::int64_t credential_sessions(std::string_view provider,
+                                             std::string_view fingerprint) const = 0;
+    /// Every credential with active sessions.
+    virtual std::vector<credential_lease_count> credential_leases() const = 0;
+
     /// The blocks and cooldowns still running at `now_ms`.
     virtual std::vector<credential_block> credential_blocks(std::int64_t now_ms) const = 0;
     virtual std::vector<model_cooldown> model_cooldowns(std::int64_t now_ms) const = 0;
@@ -85,6 +106,24 @@ class limit_store {
     virtual std::string_view kind() const noexcept = 0;
     /// The shared state is reachable (a local store always is).
     virtual bool connected() const noexcept = 0;
+};
+
+/// The leases of one process: session → credential per provider, and the counts. Not
+/// thread-safe (its owner locks). Used by the local and the Redis store.
+class credential_leases_table {
+  public:
+    /// Returns true when something changed.
+    bool lease(std::string_view provider, std::string_view fingerprint, std::string_view session);
+    bool release(std::string_view provider, std::string_view session);
+    /// sessions on "<provider> <fingerprint>" (credential_block_key)
+    std::int64_t count(std::string_view block_key) const;
+    const std::map<std::string, std::int64_t, std::less<>>& counts() const noexcept {
+        return counts_;
+    }
+
+  private:
+    std::map<std::string, std::string, std::less<>> by_session_;  // provider '\n' session → key
+    std::map<std::string, std::int64_t, std::less<>> counts_;     // block key → sessions
 };
 
 /// The state of one process, in memory (limits.store "local", the default). Thread-safe.
@@ -102,6 +141,12 @@ class local_limit_store final : public limit_store {
     std::int64_t model_cooldown_until(std::string_view model) const override;
     std::vector<credential_block> credential_blocks(std::int64_t now_ms) const override;
     std::vector<model_cooldown> model_cooldowns(std::int64_t now_ms) const override;
+    void lease_credential(std::string_view provider, std::string_view fingerprint,
+                          std::string_view session) override;
+    void release_credential(std::string_view provider, std::string_view session) override;
+    std::int64_t credential_sessions(std::string_view provider,
+                                     std::string_view fingerprint) const override;
+    std::vector<credential_lease_count> credential_leases() const override;
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "local"; }
     bool connected() const noexcept override { return true; }
@@ -113,10 +158,14 @@ class local_limit_store final : public limit_store {
     std::map<std::string, retry_budget, std::less<>> budgets_;
     std::map<std::string, std::int64_t, std::less<>> blocks_;     // provider ' ' fingerprint
     std::map<std::string, std::int64_t, std::less<>> cooldowns_;  // "provider/model"
+    credential_leases_table leases_;
 };
 
 /// The key of a credential block in a store's maps and in Redis: "<provider> <fingerprint>".
 std::string credential_block_key(std::string_view provider, std::string_view fingerprint);
+/// The counts of a leases table ("<provider> <fingerprint>" → n) as rows.
+std::vector<credential_lease_count> split_lease_counts(
+    const std::map<std::string, std::int64_t, std::less<>>& counts);
 /// Whether `model` ("provider/model") belongs to `provider`.
 bool model_of_provider(std::string_view model, std::string_view provider) noexcept;
 
