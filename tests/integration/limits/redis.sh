@@ -97,6 +97,36 @@ home off "{$shared,\"retry\":{\"baseDelayMs\":1}}"
 COAGENT_DIR="$work/off" "$COAGENT" --provider faux --mode json --no-session --faux-script "$outage" -p hi >off.jsonl 2>off.err
 check "budget off: 3 retries, the spec's chain" [ "$(count off.jsonl '"type":"auto_retry_start"')" = 3 ]
 
+# the same outage scripted on coagent-fakellm (a failFor window: every request in it gets a 503),
+# the processes on an HTTP provider: the same bound, one auto_retry_end per prompt
+rcli del "$key" >/dev/null
+"$FAKELLM" --port 0 --log "$work/out.log" --script '[{"failFor":{"ms":600000,"status":503,"body":"Service Unavailable"},"delayMs":200}]' >outage.out 2>outage.err &
+llm_pid=$!
+wait_for outage.out listening
+llm_port=$(head -1 outage.out | sed 's/.*://')
+for i in 1 2 3 4 5; do
+  home "h$i" "{$shared,$budget}"
+  echo '{"providers":{"fake":{"baseUrl":"http://127.0.0.1:'$llm_port'/v1","api":"openai-completions","apiKey":"sk-test-OUT1","models":[{"id":"m1"}]}}}' >"$work/h$i/models.json"
+done
+for wave in $(seq 1 10); do
+  pids=()
+  for i in 1 2 3 4 5; do
+    COAGENT_DIR="$work/h$i" "$COAGENT" --provider fake --model m1 --mode json --no-session -p hi \
+      >"$work/h-$wave-$i.jsonl" 2>"$work/h-$wave-$i.err" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+done
+kill "$llm_pid"; wait "$llm_pid" 2>/dev/null; llm_pid=""
+hretries=$(cat "$work"/h-*.jsonl | grep -c '"type":"auto_retry_start"')
+hrequests=$(grep -c . "$work/out.log")
+echo "budget over fakellm failFor: 50 prompts over 5 processes at a time: $hretries retries, $hrequests requests" >&2
+check "budget (fakellm failFor): the fleet's retries stay within 20" [ "$hretries" -le 20 ]
+check "budget (fakellm failFor): requests = prompts + retries" [ "$hrequests" = $((50 + hretries)) ]
+each_one=1
+for f in "$work"/h-*.jsonl; do [ "$(count "$f" '"type":"auto_retry_end"')" = 1 ] || each_one=0; done
+check "budget (fakellm failFor): every prompt settles with exactly one auto_retry_end" [ "$each_one" = 1 ]
+
 # a successful prompt sends no command on its way (deposits are batched, at most one a second)
 rcli config resetstat >/dev/null
 home ok "{$shared,$budget}"
