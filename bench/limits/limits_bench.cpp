@@ -6,9 +6,17 @@
 //                                     script reads INFO commandstats before and after
 //   limits_bench propagation PORT N   N credential blocks set through one store, the time until
 //                                     a second store (its own connections) has it in its copy
+//   limits_bench outage PORT LLM_PORT N BUDGET
+//                                     N sessions prompting at once through the HTTP provider
+//                                     against coagent-fakellm (the run script scripts a 10 s
+//                                     outage), the retry defaults, retry.budget on (1) or off
+//                                     (0), the Redis store: one JSON line (requests, settled,
+//                                     succeeded, the time until all settled, requests a second)
 // Each prints its figures as Markdown table rows.
 
+#include <coagent/classify/classify.hpp>
 #include <coagent/providers/faux_provider.hpp>
+#include <coagent/providers/http_provider.hpp>
 #include <coagent/providers/redis_limit_store.hpp>
 #include <coagent/runtime/message.hpp>
 #include <coagent/session/agent_session.hpp>
@@ -172,6 +180,70 @@ int propagation(int port, int n) {
     return 0;
 }
 
+int outage(int port, int llm_port, int n, bool budget) {
+    warm_up_classifier();
+    redis_fixture redis(port);
+    asio::io_context io;
+    http_provider_options po;
+    po.api = http_protocol::api_kind::openai_completions;
+    po.base_url = "http://127.0.0.1:" + std::to_string(llm_port) + "/v1";
+    po.model = model_info{"fake", "fake-model", "openai-completions", 1000000, 4096};
+    po.api_key = "sk-bench-OUT1";
+    po.max_idle_per_host = static_cast<std::size_t>(n);
+    auto provider = std::make_shared<http_provider>(std::move(po));
+    settings cfg;  // the retry defaults: 3 retries, 2 s, 4 s, 8 s
+    cfg.budget.enabled = budget;
+    cfg.compaction.enabled = false;
+    std::vector<std::unique_ptr<agent_session>> sessions;
+    std::vector<subscription> subs;
+    std::vector<double> request_at;  // seconds since the start, one per request
+    int settled = 0, ok = 0;
+    const auto t0 = clock_type::now();
+    clock_type::time_point last{};
+    for (int i = 0; i < n; ++i) {
+        session_options so;
+        so.executor = io.get_executor();
+        so.model_provider = provider;
+        so.config = cfg;
+        so.limits = redis.store;
+        so.logger = spdlog::default_logger();
+        sessions.push_back(std::make_unique<agent_session>(std::move(so)));
+        subs.push_back(sessions.back()->subscribe([&](const event& e) {
+            if (const auto* m = std::get_if<message_start_event>(&e);
+                m && m->message->role == message_role::assistant)
+                request_at.push_back(
+                    std::chrono::duration<double>(clock_type::now() - t0).count());
+        }));
+    }
+    for (auto& s : sessions)
+        s->async_prompt("outage", streaming_behavior::none,
+                        [&](std::exception_ptr e, prompt_result r) {
+                            if (e) std::abort();
+                            ++settled;
+                            ok += r.outcome == prompt_result::status::succeeded;
+                            last = clock_type::now();
+                        });
+    io.run();
+    const double all_settled = std::chrono::duration<double>(last - t0).count();
+    std::string per_second = "[";
+    std::vector<int> bins;
+    for (const double t : request_at) {
+        const auto b = static_cast<std::size_t>(t);
+        if (bins.size() <= b) bins.resize(b + 1);
+        ++bins[b];
+    }
+    for (std::size_t i = 0; i < bins.size(); ++i)
+        per_second += (i ? "," : "") + std::to_string(bins[i]);
+    per_second += "]";
+    sessions.clear();
+    std::printf(
+        "{\"budget\":%s,\"sessions\":%d,\"requests\":%zu,\"settled\":%d,\"succeeded\":%d,"
+        "\"allSettledSeconds\":%.2f,\"requestsPerSecond\":%s}\n",
+        budget ? "true" : "false", n, request_at.size(), settled, ok, all_settled,
+        per_second.c_str());
+    return settled == n ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,7 +252,10 @@ int main(int argc, char** argv) {
     if (mode == "decision" && port > 0) return decision(port);
     if (mode == "turns" && port > 0 && argc > 4) return turns(port, std::atoi(argv[3]), std::atof(argv[4]));
     if (mode == "propagation" && port > 0 && argc > 3) return propagation(port, std::atoi(argv[3]));
+    if (mode == "outage" && port > 0 && argc > 5)
+        return outage(port, std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "1");
     std::fprintf(stderr,
-                 "usage: limits_bench decision PORT | turns PORT N EVERY_MS | propagation PORT N\n");
+                 "usage: limits_bench decision PORT | turns PORT N EVERY_MS | propagation PORT N | "
+                 "outage PORT LLM_PORT N BUDGET(0|1)\n");
     return 2;
 }
