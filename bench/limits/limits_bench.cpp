@@ -113,8 +113,10 @@ int decision(int port) {
     std::sort(l.begin(), l.end());
     std::sort(r.begin(), r.end());
     std::printf("| decision cost per turn, local store | %.0f ns | |\n", l[2]);
-    std::printf("| decision cost per turn, Redis store | %.0f ns | %.2fx local (target <= 1.2x, <= 5 us) |\n",
-                r[2], r[2] / l[2]);
+    std::printf(
+        "| decision cost per turn, Redis store | %.0f ns | %.2fx local (target <= 1.2x, <= 5 us) "
+        "|\n",
+        r[2], r[2] / l[2]);
     return 0;
 }
 
@@ -211,8 +213,7 @@ int outage(int port, int llm_port, int n, bool budget) {
         subs.push_back(sessions.back()->subscribe([&](const event& e) {
             if (const auto* m = std::get_if<message_start_event>(&e);
                 m && m->message->role == message_role::assistant)
-                request_at.push_back(
-                    std::chrono::duration<double>(clock_type::now() - t0).count());
+                request_at.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
         }));
     }
     for (auto& s : sessions)
@@ -250,7 +251,8 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     const int port = argc > 2 ? std::atoi(argv[2]) : 0;
     if (mode == "decision" && port > 0) return decision(port);
-    if (mode == "turns" && port > 0 && argc > 4) return turns(port, std::atoi(argv[3]), std::atof(argv[4]));
+    if (mode == "turns" && port > 0 && argc > 4)
+        return turns(port, std::atoi(argv[3]), std::atof(argv[4]));
     if (mode == "propagation" && port > 0 && argc > 3) return propagation(port, std::atoi(argv[3]));
     if (mode == "outage" && port > 0 && argc > 5)
         return outage(port, std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "1");

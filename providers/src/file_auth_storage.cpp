@@ -270,10 +270,13 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     if (shared_)
         for (const auto& c : creds)
             if (c.key == u->second) shared_->block_credential(provider, c.fingerprint, until, now);
-    // the next request uses a free credential, else the one free soonest (§11.24)
+    // the next request uses a free credential (§11.24); with every credential blocked the
+    // session keeps its own, unless it is in a shared pool: then it takes the one free soonest
     const auto st = states(provider, creds, now);
     const std::size_t next = choose_credential(st, now);
-    const bool switched = creds[next].key != u->second && st[next].blocked_until <= now;
+    const bool free_now = st[next].blocked_until <= now;
+    const bool switched = creds[next].key != u->second && free_now;
+    if (!free_now && !shared_) return false;
     u->second = creds[next].key;
     if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);
     return switched;

@@ -98,8 +98,12 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
     if (shared_) shared_->block_credential(provider, cur.fingerprint, until, now);
     const auto st = states(provider, creds, now);
     const std::size_t next = choose_credential(st, now);
-    const bool switched = next != u->second && st[next].blocked_until <= now;
-    u->second = next;  // the next request uses it: a free one, else the one free soonest
+    const bool free_now = st[next].blocked_until <= now;
+    const bool switched = next != u->second && free_now;
+    // the next request uses a free one; with every credential blocked the session keeps its
+    // own, unless it is in a shared pool: then it takes the one free soonest (§11.26)
+    if (!free_now && !shared_) return false;
+    u->second = next;
     if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);
     return switched;
 }

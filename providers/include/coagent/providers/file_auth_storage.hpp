@@ -50,10 +50,10 @@ class file_auth_storage final : public auth_storage {
 
     /// Blocks the session's credential until now + retry_after_ms (60 s without a hint; an
     /// existing later block is kept), persists it, and switches the session to another
-    /// unblocked credential if there is one (returns true; with none free the session moves to
-    /// the one free soonest). False when the session used no stored credential (a key from
-    /// models.json or the environment) or none other is free. With a shared store the block is
-    /// recorded there too.
+    /// unblocked credential if there is one (returns true; with none free the session keeps its
+    /// credential, or, with a shared store, moves to the one free soonest). False when the
+    /// session used no stored credential (a key from models.json or the environment) or none
+    /// other is free. With a shared store the block is recorded there too.
     bool mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
                                   std::optional<std::int64_t> retry_after_ms) override;
     /// The session ended: its choices are forgotten, its leases released (§11.26).
