@@ -207,7 +207,7 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
     }
     const auto& chosen = creds[choose_credential(states(provider, creds, now), now)];
     in_use_[k] = chosen.key;
-    if (shared_) shared_->lease_credential(provider, chosen.fingerprint, session_id);  // §11.26
+    if (shared_) shared_->lease_credential(provider, chosen.fingerprint, session_id);  // §11.31
     return chosen.key;
 }
 
@@ -270,7 +270,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     if (shared_)
         for (const auto& c : creds)
             if (c.key == u->second) shared_->block_credential(provider, c.fingerprint, until, now);
-    // the next request uses a free credential (§11.24); with every credential blocked the
+    // the next request uses a free credential (§11.29); with every credential blocked the
     // session keeps its own, unless it is in a shared pool: then it takes the one free soonest
     const auto st = states(provider, creds, now);
     const std::size_t next = choose_credential(st, now);

@@ -71,7 +71,7 @@ std::string in_memory_auth_storage::api_key(std::string_view provider,
         if (shared_) shared_->lease_credential(provider, creds[u->second].fingerprint, session_id);
     } else if (shared_ &&
                shared_->credential_blocked_until(provider, creds[u->second].fingerprint) > now) {
-        // another process blocked it: move to a free one, if there is one (§11.24)
+        // another process blocked it: move to a free one, if there is one (§11.29)
         const auto st = states(provider, creds, now);
         if (const auto next = choose_credential(st, now); st[next].blocked_until <= now) {
             u->second = next;
@@ -101,7 +101,7 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
     const bool free_now = st[next].blocked_until <= now;
     const bool switched = next != u->second && free_now;
     // the next request uses a free one; with every credential blocked the session keeps its
-    // own, unless it is in a shared pool: then it takes the one free soonest (§11.26)
+    // own, unless it is in a shared pool: then it takes the one free soonest (§11.31)
     if (!free_now && !shared_) return false;
     u->second = next;
     if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);

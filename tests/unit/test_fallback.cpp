@@ -403,7 +403,7 @@ TEST_CASE("retry.fallbackChains and retry.fallbackRevertPolicy in settings files
 
 // ---- limit state shared across sessions and processes (issue 19, docs/limits.md) -----------
 
-TEST_CASE("choose_credential §11.24: the credential available earliest, the first of those",
+TEST_CASE("choose_credential §11.29: the credential available earliest, the first of those",
           "[limits][usage-limit]") {
     using cs = credential_state;
     const std::int64_t now = t0;
@@ -461,7 +461,7 @@ TEST_CASE("local_limit_store: blocks and cooldowns keep the later end, expire, c
 }
 
 TEST_CASE(
-    "shared credential blocks §11.24: a block set in one process moves the other's sessions "
+    "shared credential blocks §11.29: a block set in one process moves the other's sessions "
     "off it at their next request",
     "[limits][usage-limit]") {
     std::int64_t now = t0;
@@ -474,7 +474,7 @@ TEST_CASE(
         for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
         if (shared) p->share_limits(store);
     }
-    // before the block: A has a session in each process (with the pool, §11.26, B and C
+    // before the block: A has a session in each process (with the pool, §11.31, B and C
     // have one each in process 1 first)
     CHECK(p1->api_key("a", "s1") == "key-A");
     CHECK(p1->api_key("a", "x1") == (shared ? "key-B" : "key-A"));
@@ -514,7 +514,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "shared model cooldowns §11.25: a model put aside by one session is put aside for "
+    "shared model cooldowns §11.30: a model put aside by one session is put aside for "
     "another session of the store",
     "[limits][fallback][session][usage-limit]") {
     const bool shared = GENERATE(true, false);
@@ -552,7 +552,7 @@ TEST_CASE(
     CHECK(store->model_cooldown_until("c/m3") == (shared ? t0 + 61'000 : 0));
 }
 
-TEST_CASE("choose_credential §11.26: of the credentials available earliest, the fewest sessions",
+TEST_CASE("choose_credential §11.31: of the credentials available earliest, the fewest sessions",
           "[limits][usage-limit][pool]") {
     using cs = credential_state;
     const std::int64_t now = t0;
@@ -565,7 +565,7 @@ TEST_CASE("choose_credential §11.26: of the credentials available earliest, the
 }
 
 TEST_CASE(
-    "credential pool §11.26: a new session takes the free credential with the fewest "
+    "credential pool §11.31: a new session takes the free credential with the fewest "
     "sessions, a session keeps its own, an ended session leaves the pool",
     "[limits][usage-limit][pool]") {
     std::int64_t now = t0;
@@ -620,7 +620,7 @@ TEST_CASE(
     CHECK(store->credential_sessions("a", fc) == 1);
 }
 
-TEST_CASE("credential pool §11.26: a session that ends gives its lease back",
+TEST_CASE("credential pool §11.31: a session that ends gives its lease back",
           "[limits][session][pool]") {
     auto store = std::make_shared<local_limit_store>();
     auto auth = std::make_shared<in_memory_auth_storage>([] { return t0; });

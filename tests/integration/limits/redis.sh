@@ -181,7 +181,7 @@ wait "$rpc_pid"; rc=$?
 check "rpc: exit 0 at stdin EOF" [ "$rc" = 0 ]
 check "rpc: exactly one unavailable warning" [ "$(count rpc.err 'unavailable (')" = 1 ]
 
-# ---- 2b. credential blocks and model cooldowns shared (§11.24, §11.25) ----------------------
+# ---- 2b. credential blocks and model cooldowns shared (§11.29, §11.30) ----------------------
 # Three keys A, B, C in each process's own auth.json (separate COAGENT_DIRs: two machines), one
 # coagent-fakellm (its --log records each request's key suffix). Process 1 starts on A, meets a
 # usage-limit 429 and switches to B; it stays alive. Process 2 starts after that: none of its

@@ -56,7 +56,7 @@ class file_auth_storage final : public auth_storage {
     /// other is free. With a shared store the block is recorded there too.
     bool mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
                                   std::optional<std::int64_t> retry_after_ms) override;
-    /// The session ended: its choices are forgotten, its leases released (§11.26).
+    /// The session ended: its choices are forgotten, its leases released (§11.31).
     void end_session(std::string_view session_id) override;
 
     /// Stored api_key credentials of `provider` (after re-reading a changed file).

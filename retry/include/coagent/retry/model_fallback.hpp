@@ -15,7 +15,7 @@
 //   unless retry.fallbackRevertPolicy is "never".
 // - retry_fallback_succeeded (once, on the first successful reply after a switch) is the run
 //   policy's (session/run_policy.hpp): it is an event of the retry chain.
-// - Cooldowns set elsewhere (other sessions or processes of a shared limit store, §11.25) count
+// - Cooldowns set elsewhere (other sessions or processes of a shared limit store, §11.30) count
 //   as this session's own, when share() gave a way to read them.
 
 #include <coagent/runtime/event.hpp>

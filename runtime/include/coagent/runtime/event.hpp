@@ -99,6 +99,13 @@ struct retry_fallback_succeeded_event {
     std::string model;
     std::string role;
 };
+/// A wait above retry.maxDelayMs parked the prompt (retry.longWait "park", docs/retry-policy.md
+/// §11.25): it resumes by itself at `until` (epoch ms), after auto_retry_start.
+struct retry_parked_event {
+    std::int64_t until = 0;
+    limit_kind limit = limit_kind::none;
+    std::string error_message;
+};
 struct agent_settled_event {};
 
 using event =
@@ -106,7 +113,8 @@ using event =
                  message_end_event, tool_execution_start_event, tool_execution_end_event,
                  turn_end_event, agent_end_event, auto_retry_start_event, auto_retry_end_event,
                  compaction_start_event, compaction_end_event, extension_error_event,
-                 retry_fallback_applied_event, retry_fallback_succeeded_event, agent_settled_event>;
+                 retry_fallback_applied_event, retry_fallback_succeeded_event, retry_parked_event,
+                 agent_settled_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

@@ -2,7 +2,7 @@
 // Credentials and the usage-limit path (policy §3 step 7): when a usage limit is reached the
 // session asks the auth storage to put the current credential aside; if it could switch to
 // another one the retry waits 0 ms. An auth storage given a limit store (share_limits) shares
-// the blocks with every process of that store (docs/limits.md, retry-policy §11.24).
+// the blocks with every process of that store (docs/limits.md, retry-policy §11.29).
 
 #include <coagent/session/limit_store.hpp>
 
@@ -30,10 +30,10 @@ inline constexpr std::int64_t max_usage_block_ms = std::int64_t{7} * 24 * 60 * 6
 /// One credential of a provider as the choice sees it.
 struct credential_state {
     std::int64_t blocked_until = 0;  ///< epoch ms (the later of the stored and the shared block)
-    std::int64_t sessions = 0;       ///< active sessions on it (the pool's leases, §11.26)
+    std::int64_t sessions = 0;       ///< active sessions on it (the pool's leases, §11.31)
 };
 
-/// The credential choice (§11.24, §11.26), plain code: the credential available earliest (a free
+/// The credential choice (§11.29, §11.31), plain code: the credential available earliest (a free
 /// one is available now); of those, the one with the fewest active sessions; then the first in
 /// the list's order. A new session takes it; a usage limit (its credential now blocked) takes
 /// it; so does a session whose credential another process blocked. `states` is not empty.
@@ -49,7 +49,7 @@ class auth_storage {
                                           std::optional<std::int64_t> retry_after_ms) = 0;
     /// The key the session's next request to `provider` uses (empty if none).
     virtual std::string api_key(std::string_view provider, std::string_view session_id) = 0;
-    /// The session ended: it holds no credential any more (its leases go, §11.26).
+    /// The session ended: it holds no credential any more (its leases go, §11.31).
     virtual void end_session(std::string_view session_id) { (void)session_id; }
 
     /// Shares the usage-limit blocks through `store` (docs/limits.md): a block is also recorded

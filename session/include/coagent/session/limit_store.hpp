@@ -2,7 +2,8 @@
 // limit_store: limit state that sessions share, so that a fleet of sessions decides together
 // (docs/limits.md): the retry budget per provider (gRFC A6, `retry.budget`), credential blocks
 // from the usage-limit path (keyed by provider and a SHA-256 fingerprint of the key, never the
-// key) and the fallback chain's model cooldowns. Embedders may bring their own store: give it to
+// key), the fallback chain's model cooldowns and the credential pool's leases (retry-policy
+// §11.23, §11.29-§11.31) and park probes (§11.27). Embedders may bring their own store: give it to
 // every session through session_options::limits (and to the auth storage, share_limits()); a
 // session given none keeps blocks in its auth storage and cooldowns to itself, as before.
 //
@@ -13,6 +14,7 @@
 
 #include <coagent/retry/retry_budget.hpp>
 #include <coagent/runtime/settings.hpp>
+#include <coagent/session/park_probe.hpp>
 
 #include <cstdint>
 #include <map>
@@ -80,7 +82,7 @@ class limit_store {
                                  std::int64_t now_ms) = 0;
     /// Until when (epoch ms) `model` is put aside; 0 or a past time: not.
     virtual std::int64_t model_cooldown_until(std::string_view model) const = 0;
-    /// The credential pool (§11.26): session `session` now uses `provider`'s credential
+    /// The credential pool (§11.31): session `session` now uses `provider`'s credential
     /// `fingerprint` (a session holds one lease per provider; a new one replaces it). A shared
     /// store keeps the lease while this process lives (refreshed in the background; it expires
     /// when the process dies).
@@ -106,6 +108,20 @@ class limit_store {
     virtual std::string_view kind() const noexcept = 0;
     /// The shared state is reachable (a local store always is).
     virtual bool connected() const noexcept = 0;
+
+    // ---- park probes (retry.longWait "park", park_probe.hpp) ----------------------------------
+    /// `session`'s park on `account` elapsed: probe, wait for another's probe, go, or repark.
+    /// The default shares nothing: every session probes for itself.
+    virtual park_wake park_probe_wake(std::string_view account, std::string_view session,
+                                      std::int64_t parked_at, std::int64_t now) {
+        (void)account, (void)session, (void)parked_at, (void)now;
+        return {};
+    }
+    /// `session`'s probe on `account` ended.
+    virtual void park_probe_done(std::string_view account, std::string_view session,
+                                 park_probe_outcome outcome, std::int64_t until, std::int64_t now) {
+        (void)account, (void)session, (void)outcome, (void)until, (void)now;
+    }
 };
 
 /// The leases of one process: session → credential per provider, and the counts. Not
@@ -150,6 +166,10 @@ class local_limit_store final : public limit_store {
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "local"; }
     bool connected() const noexcept override { return true; }
+    park_wake park_probe_wake(std::string_view account, std::string_view session,
+                              std::int64_t parked_at, std::int64_t now) override;
+    void park_probe_done(std::string_view account, std::string_view session,
+                         park_probe_outcome outcome, std::int64_t until, std::int64_t now) override;
 
   private:
     retry_budget& bucket(std::string_view provider, const retry_budget_settings& s);
@@ -159,6 +179,7 @@ class local_limit_store final : public limit_store {
     std::map<std::string, std::int64_t, std::less<>> blocks_;     // provider ' ' fingerprint
     std::map<std::string, std::int64_t, std::less<>> cooldowns_;  // "provider/model"
     credential_leases_table leases_;
+    park_probe_book probes_;  // under mutex_
 };
 
 /// The key of a credential block in a store's maps and in Redis: "<provider> <fingerprint>".
