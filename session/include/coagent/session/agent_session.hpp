@@ -65,8 +65,10 @@ struct session_options {
     std::string system_prompt;
     std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
-    /// optional: the limit state shared with other sessions (retry.budget); default: one local
-    /// store per process (process_limit_store())
+    /// optional: the limit state shared with other sessions (docs/limits.md): the retry budget
+    /// and the fallback chain's model cooldowns (credential blocks are shared by the auth
+    /// storage given the same store, auth_storage::share_limits). Default: the budget in one
+    /// local store per process (process_limit_store()), cooldowns kept by the session alone.
     std::shared_ptr<limit_store> limits;
     /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
     std::shared_ptr<coagent::telemetry> telemetry;
