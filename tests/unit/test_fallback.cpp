@@ -630,6 +630,7 @@ TEST_CASE("credential pool §11.31: a session that ends gives its lease back",
                                        [&](session_options& o) { o.auth = auth; });
     CHECK(auth->api_key("faux", h->session->session_id()) == "key-A");
     CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 1);
+    h->sub.reset();  // the harness's subscription goes before the session it listens to
     h->session.reset();
     CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 0);
 }
