@@ -165,6 +165,7 @@ void tui_controller::on_event(const event& e, time_point now) {
             add(transcript_item::kind::user, std::move(text));
         }
     } else if (const auto* mu = std::get_if<message_update_event>(&e)) {
+        if (mu->kind != delta_kind::text) return;  // thinking is not part of the reply's text
         if (!streaming_) {
             add(transcript_item::kind::assistant, {});
             streaming_ = true;

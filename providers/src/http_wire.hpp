@@ -97,6 +97,28 @@ inline void with_text(const message& m, F&& f) {
     }
 }
 
+// {"type":"image","source":{"type":"base64","media_type":…,"data":…}} (Anthropic Messages)
+inline void anthropic_image(std::string& out, const image_block& im) {
+    out += R"({"type":"image","source":{"type":"base64","media_type":)";
+    jt::append_string(out, im.mime_type);
+    out += R"(,"data":)";
+    jt::append_string(out, im.data);
+    out += "}}";
+}
+
+// {"type":"image_url","image_url":{"url":"data:<mime>;base64,<data>"}} (OpenAI chat)
+inline void openai_image(std::string& out, const image_block& im) {
+    out += R"({"type":"image_url","image_url":{"url":)";
+    std::string url;
+    url.reserve(im.mime_type.size() + im.data.size() + 13);
+    url += "data:";
+    url += im.mime_type;
+    url += ";base64,";
+    url += im.data;
+    jt::append_string(out, url);
+    out += "}}";
+}
+
 inline void schema_or_empty(std::string& out, const json::object& o) {
     if (o.empty()) {
         out += R"({"type":"object","properties":{}})";
@@ -133,6 +155,11 @@ inline std::size_t body_size_hint(const provider_request& req) {
         for (const auto& b : m->content)
             if (const auto* t = std::get_if<text_block>(&b))
                 n += t->text.size() + t->text.size() / 16;
+            else if (const auto* im = std::get_if<image_block>(&b))
+                n += im->data.size() + 96;
+            else if (const auto* th = std::get_if<thinking_block>(&b))
+                n += th->thinking.size() + th->thinking.size() / 16 +
+                     (th->signature ? th->signature->size() : 0) + 64;
     }
     return n;
 }

@@ -58,6 +58,10 @@ class agent_session::observer final : public stream_observer {
         on_message_start(partial);
         s_.emit(message_update_event{m_, std::string(delta)});
     }
+    void on_thinking_delta(const message& partial, std::string_view delta) override {
+        on_message_start(partial);
+        s_.emit(message_update_event{m_, std::string(delta), delta_kind::thinking});
+    }
     bool started() const noexcept { return started_; }
 
   private:
@@ -289,8 +293,16 @@ bool agent_session::retry_now() {
 }
 
 bool agent_session::join_backoff(std::string text) {
+    return join_backoff_message(make_user_message(std::move(text)));
+}
+
+bool agent_session::join_backoff(std::string text, std::vector<image_block> images) {
+    return join_backoff_message(make_user_message(std::move(text), std::move(images)));
+}
+
+bool agent_session::join_backoff_message(message user) {
     if (!busy_ || !policy_.retry_now()) return false;
-    auto m = std::make_shared<message>(make_user_message(std::move(text)));
+    auto m = std::make_shared<message>(std::move(user));
     append(m);  // after the failed reply left the context (§3.9): the next request has both
     emit(message_start_event{m});
     emit(message_end_event{m});
@@ -453,6 +465,12 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text,
     return async_prompt(std::move(text), behavior, asio::use_awaitable);
 }
 
+asio::awaitable<prompt_result> agent_session::prompt(std::string text,
+                                                     std::vector<image_block> images,
+                                                     streaming_behavior behavior) {
+    return async_prompt(std::move(text), std::move(images), behavior, asio::use_awaitable);
+}
+
 void agent_session::cancel_prompt(std::uint64_t id) {
     if (queue_.cancel(id)) return;  // still queued: only this message goes
     // the running prompt, or one whose message joined its backoff: the chain is aborted
@@ -469,14 +487,13 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
-                                                         streaming_behavior behavior,
+asio::awaitable<prompt_result> agent_session::run_prompt(message user, streaming_behavior behavior,
                                                          std::uint64_t id) {
     if (busy_) {
         // a message from the user during a backoff joins the chain and retries now
-        if (behavior == streaming_behavior::none && join_backoff(std::move(text)))
+        if (behavior == streaming_behavior::none && join_backoff_message(std::move(user)))
             co_return co_await wait_for_settle(id);
-        co_return co_await queue_while_busy(std::move(text), behavior, id);
+        co_return co_await queue_while_busy(std::move(user), behavior, id);
     }
     if (compacting_) {
         tel_refused(prompt_result::status::refused);
@@ -486,7 +503,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
     running_id_ = id;
     abort_.reset();
     run_state st;
-    st.pending = std::make_shared<message>(make_user_message(std::move(text)));
+    st.pending = std::make_shared<message>(std::move(user));
     st.id = id;
     tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
@@ -643,7 +660,7 @@ void agent_session::settle(bool has_result) {
     emit(agent_settled_event{});
 }
 
-asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
+asio::awaitable<prompt_result> agent_session::queue_while_busy(message user,
                                                                streaming_behavior behavior,
                                                                std::uint64_t id) {
     prompt_result r;
@@ -653,8 +670,8 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         tel_refused(r.outcome);
         co_return r;
     }
-    queue_.push(behavior == streaming_behavior::steer,
-                std::make_shared<message>(make_user_message(std::move(text))), id);
+    queue_.push(behavior == streaming_behavior::steer, std::make_shared<message>(std::move(user)),
+                id);
     // parked until the settle, a hand-over, or a cancellation of this prompt wakes it
     latch wake(executor_);
     bool cancelled = false;

@@ -3,6 +3,7 @@
 // with its size limit, UTF-8 validation, command parsing into typed values, and the response
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
+#include <coagent/runtime/message.hpp>
 #include <coagent/runtime/streaming_behavior.hpp>
 
 #include <boost/json/object.hpp>
@@ -86,6 +87,7 @@ struct command {
     command_kind kind = command_kind::get_state;
     std::optional<boost::json::value> id;                    // echoed as is on the response
     std::string message;                                     // prompt / steer / follow_up
+    std::vector<image_block> images;                         // prompt / steer / follow_up
     streaming_behavior behavior = streaming_behavior::none;  // prompt: streamingBehavior
     bool enabled = false;                                    // set_auto_retry / set_auto_compaction
     std::optional<std::string> custom_instructions;          // compact

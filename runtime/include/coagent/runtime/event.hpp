@@ -22,9 +22,13 @@ struct turn_start_event {};
 struct message_start_event {
     message_ptr message;
 };
+/// What a message_update's delta extends: a text block (`text_delta`) or a thinking block
+/// (`thinking_delta`).
+enum class delta_kind : std::uint8_t { text, thinking };
 struct message_update_event {
     message_ptr message;  // the partial message so far
     std::string delta;    // text appended by this update
+    delta_kind kind = delta_kind::text;
 };
 struct message_end_event {
     message_ptr message;
@@ -52,7 +56,7 @@ struct agent_end_event {
 /// (auto_retry_start's `discarded`): clients retract what they showed of it.
 struct discarded_output {
     std::int64_t text_chars = 0;      ///< Unicode code points of its text blocks
-    std::int64_t thinking_chars = 0;  ///< of its thinking (not kept by coagent's providers: 0)
+    std::int64_t thinking_chars = 0;  ///< Unicode code points of its thinking blocks
     std::int64_t tool_calls = 0;      ///< tool calls it had started
     friend bool operator==(const discarded_output&, const discarded_output&) = default;
 };

@@ -37,6 +37,12 @@ class stream_observer {
     virtual ~stream_observer() = default;
     virtual void on_message_start(const message& partial) = 0;
     virtual void on_text_delta(const message& partial, std::string_view delta) = 0;
+    /// Thinking appended to the last thinking block of `partial` (Anthropic thinking_delta).
+    /// Redacted thinking and signatures arrive whole in the message, without a delta.
+    virtual void on_thinking_delta(const message& partial, std::string_view delta) {
+        (void)partial;
+        (void)delta;
+    }
 };
 
 class provider {
