@@ -2023,6 +2023,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "issue 24: a cut attempt that streamed thinking is discarded with its thinkingChars, and "
+    "retry.resumePartial restarts it (never continues inside or after thinking)",
+    "[http][loopback][session][content]") {
+    for (const int cut : {0, 2}) {
+        INFO("cut after " << cut << " text chunks");
+        settings s = fast_settings();
+        s.retry.resume_partial = true;
+        session_loopback t(
+            R"([{"text":"one two three","thinking":"d\u00e9ep thought","cutAfterChunks":)" +
+                std::to_string(cut) +
+                R"(},{"text":"one two three","thinking":"d\u00e9ep thought"}])",
+            api_kind::anthropic_messages, s);
+        t.prompt("tell me");
+        REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(t.of("auto_retry_start").at(0).at("discarded") ==
+              obj(R"({"textChars":)" + std::to_string(cut == 0 ? 0 : 7) +
+                  R"(,"thinkingChars":12,"toolCalls":0})"));
+        // the thinking streamed as message_updates of type thinking_delta
+        std::vector<std::string> kinds;
+        for (const auto& e : t.of("message_update"))
+            kinds.emplace_back(e.at("assistantMessageEvent").at("type").as_string());
+        CHECK(std::count(kinds.begin(), kinds.end(), "thinking_delta") == 4);  // 2 per attempt
+        const auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 2);
+        // a restart: the retried request ends with the prompt, no prefill
+        CHECK(last_message(reqs[1].body) == std::pair<std::string, std::string>{"user", "tell me"});
+        CHECK(reqs[1].thinking == 0);
+        const auto& final_msg = *t.result->last_assistant;
+        REQUIRE(final_msg.content.size() == 2);
+        CHECK(std::get<thinking_block>(final_msg.content[0]).thinking == "d\u00e9ep thought");
+        CHECK(std::get<thinking_block>(final_msg.content[0]).signature == "fakellm-signature-2");
+        CHECK(text_of(final_msg) == "one two three");
+    }
+}
+
+TEST_CASE(
     "retry.resumePartial: a rejected prefill is retried as a full restart and remembered "
     "for the model, no effect on OpenAI (issue 21)",
     "[http][loopback][session][issue-21]") {

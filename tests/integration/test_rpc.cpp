@@ -221,14 +221,16 @@ TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
           streaming_behavior::none);
     // the reference's ImageContent, on prompt, steer and follow_up
     for (auto t : {"prompt", "steer", "follow_up"}) {
-        auto c = parsed(std::string(R"({"type":")") + t +
-                        R"(","message":"x","images":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"data":"QUJD","mimeType":"image/jpeg"}]})");
+        auto c = parsed(
+            std::string(R"({"type":")") + t +
+            R"(","message":"x","images":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"data":"QUJD","mimeType":"image/jpeg"}]})");
         REQUIRE(c.images.size() == 2);
         CHECK(c.images[0].data == "iVBORw0KGgo=");
         CHECK(c.images[0].mime_type == "image/png");
         CHECK(c.images[1].mime_type == "image/jpeg");
-        CHECK(json::serialize(rpc::to_json(c).at("images")) ==
-              R"([{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"type":"image","data":"QUJD","mimeType":"image/jpeg"}])");
+        CHECK(
+            json::serialize(rpc::to_json(c).at("images")) ==
+            R"([{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"type":"image","data":"QUJD","mimeType":"image/jpeg"}])");
     }
     CHECK_FALSE(parsed(R"({"type":"prompt","message":""})").id);
     CHECK(parsed(R"({"id":7,"type":"abort"})").id == json::value(7));
@@ -300,12 +302,13 @@ TEST_CASE("parse_command: bad input gives errors that name the problem, id echoe
           R"(Missing field "images[0].data" (a string))");
     CHECK(parse_error(R"({"type":"steer","message":"x","images":[{"type":"text","data":"QUJD"}]})")
               .error == R"(Field "images[0].type" must be "image", found string "text")");
-    CHECK(parse_error(
-              R"({"type":"follow_up","message":"x","images":[{"data":"QUJD","mimeType":5}]})")
-              .error == R"(Field "images[0].mimeType" must be a string, found number 5)");
-    CHECK(parse_error(
-              R"({"type":"prompt","message":"x","images":[{"data":"QUJD","mimeType":"image/png"},{"data":"Q JD","mimeType":"image/png"}]})")
-              .error == R"(Field "images[1]": data is not base64 (byte 1))");
+    CHECK(
+        parse_error(R"({"type":"follow_up","message":"x","images":[{"data":"QUJD","mimeType":5}]})")
+            .error == R"(Field "images[0].mimeType" must be a string, found number 5)");
+    CHECK(
+        parse_error(
+            R"({"type":"prompt","message":"x","images":[{"data":"QUJD","mimeType":"image/png"},{"data":"Q JD","mimeType":"image/png"}]})")
+            .error == R"(Field "images[1]": data is not base64 (byte 1))");
 
     e = parse_error("{\"id\":\"b1\",\"type\":\"prompt\",\"message\":\"\xFF\"}");
     CHECK(e.id == json::value("b1"));  // salvaged

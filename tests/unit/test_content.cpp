@@ -78,12 +78,13 @@ TEST_CASE("issue 24: image and thinking blocks read and write in the reference's
     CHECK(text_of(a) == "A logo.");  // thinking is not the reply's text
 
     // a block without its required fields names the field
-    CHECK_THROWS_WITH(
-        message_from_json(json::parse(R"({"role":"user","content":[{"type":"image","data":"x"}]})")),
-        "message field \"mimeType\": expected a string");
     CHECK_THROWS_WITH(message_from_json(json::parse(
-                          R"({"role":"assistant","stopReason":"stop","content":[{"type":"thinking","thinking":"t","thinkingSignature":5}]})")),
-                      "message field \"thinkingSignature\": expected a string");
+                          R"({"role":"user","content":[{"type":"image","data":"x"}]})")),
+                      "message field \"mimeType\": expected a string");
+    CHECK_THROWS_WITH(
+        message_from_json(json::parse(
+            R"({"role":"assistant","stopReason":"stop","content":[{"type":"thinking","thinking":"t","thinkingSignature":5}]})")),
+        "message field \"thinkingSignature\": expected a string");
 
     // a prompt with images: the text first, then the images (the reference's order)
     const message p = make_user_message("look", {image_block{"QUJD", "image/webp"}});
@@ -91,8 +92,7 @@ TEST_CASE("issue 24: image and thinking blocks read and write in the reference's
         R"({"role":"user","content":[{"type":"text","text":"look"},{"type":"image","data":"QUJD","mimeType":"image/webp"}],)"));
 }
 
-TEST_CASE("issue 24: image_error names what is wrong, base64_encode is RFC 4648",
-          "[content]") {
+TEST_CASE("issue 24: image_error names what is wrong, base64_encode is RFC 4648", "[content]") {
     CHECK_FALSE(image_error(image_block{"iVBORw0KGgo=", "image/png"}));
     CHECK_FALSE(image_error(image_block{"QUJD", "image/jpeg"}));
     CHECK(image_error(image_block{"QUJD", "text/plain"}) ==
@@ -169,8 +169,9 @@ TEST_CASE("issue 24: a prompt with images reaches the context, its events and th
         CHECK(h.result->outcome == prompt_result::status::succeeded);
         const auto starts = h.of("message_start");
         REQUIRE(!starts.empty());
-        CHECK(json::serialize(starts[0].at("message").at("content")) ==
-              R"([{"type":"text","text":"what is this?"},{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}])");
+        CHECK(
+            json::serialize(starts[0].at("message").at("content")) ==
+            R"([{"type":"text","text":"what is this?"},{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}])");
         const auto reqs = h.requests();
         REQUIRE(reqs.size() == 1);
         CHECK(reqs[0].messages.at(0).images == 1);
@@ -207,8 +208,7 @@ TEST_CASE("issue 24: a session file the reference wrote, with images and thinkin
             << R"({"type":"message","id":"b233e6ac","parentId":"d151b2dc","timestamp":"2026-11-30T00:00:00.000Z","message":)"
             << reference_assistant << "}\n";
     }
-    harness h(R"([{"text":"ok"}])", settings{},
-              [&](session_options& o) { o.resume_file = file; });
+    harness h(R"([{"text":"ok"}])", settings{}, [&](session_options& o) { o.resume_file = file; });
     REQUIRE(h.session->messages().size() == 2);
     CHECK(written(*h.session->messages()[0]) == reference_user);
     CHECK(written(*h.session->messages()[1]) == reference_assistant);
