@@ -332,6 +332,30 @@ class rpc_server {
                     ok(c, to_json(session_->model()));
                     return;
                 }
+                case k::set_thinking_level: {
+                    // kept for the session; a model that does not reason ignores it (a note)
+                    const std::string note = session_->set_thinking_level(c.level);
+                    json::object d;
+                    d["level"] = to_string(session_->thinking_level_in_use());
+                    if (!note.empty()) d["note"] = note;
+                    ok(c, std::move(d));
+                    return;
+                }
+                case k::cycle_thinking_level: {
+                    // the reference: null for a model that does not reason, else the next level
+                    if (!session_->model().reasoning) {
+                        ok(c, json::value(nullptr));
+                        return;
+                    }
+                    const auto next = static_cast<thinking_level>(
+                        (static_cast<std::size_t>(session_->configured_thinking_level()) + 1) %
+                        std::size(thinking_level_names));
+                    session_->set_thinking_level(next);
+                    json::object d;
+                    d["level"] = to_string(next);
+                    ok(c, std::move(d));
+                    return;
+                }
                 case k::get_available_models: {
                     json::array models;
                     if (const auto& catalog = session_->catalog())
@@ -407,6 +431,7 @@ class rpc_server {
         const auto& s = *session_;
         json::object d;
         d["model"] = to_json(s.model());
+        d["thinkingLevel"] = to_string(s.thinking_level_in_use());
         d["isStreaming"] = s.is_streaming();
         d["isCompacting"] = s.is_compacting();
         d["isRetrying"] = s.is_retrying();

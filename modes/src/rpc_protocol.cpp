@@ -111,7 +111,7 @@ struct name_entry {
     std::string_view name;
 };
 
-constexpr std::array<name_entry, 17> command_names{{
+constexpr std::array<name_entry, 19> command_names{{
     {command_kind::prompt, "prompt"},
     {command_kind::steer, "steer"},
     {command_kind::follow_up, "follow_up"},
@@ -129,6 +129,8 @@ constexpr std::array<name_entry, 17> command_names{{
     {command_kind::get_available_models, "get_available_models"},
     {command_kind::get_session_stats, "get_session_stats"},
     {command_kind::set_session_name, "set_session_name"},
+    {command_kind::set_thinking_level, "set_thinking_level"},
+    {command_kind::cycle_thinking_level, "cycle_thinking_level"},
 }};
 
 /// Compact JSON of a value for an error message, cut at 80 characters.
@@ -351,6 +353,18 @@ parse_result parse_command(std::string_view line) {
         case command_kind::new_session:
             c.parent_session = f.optional_string("parentSession");
             break;
+        case command_kind::set_thinking_level: {
+            const std::string level = f.required_string("level");
+            if (f.error) break;
+            if (auto l = thinking_level_from_string(level))
+                c.level = *l;
+            else
+                f.fail(
+                    "Field \"level\" must be one of off, minimal, low, medium, high, xhigh, "
+                    "found " +
+                    shown(o.at("level")));
+            break;
+        }
         case command_kind::set_model:
             c.provider = f.required_string("provider");
             c.model_id = f.required_string("modelId");
@@ -366,6 +380,7 @@ parse_result parse_command(std::string_view line) {
         case command_kind::get_last_assistant_text:
         case command_kind::get_available_models:
         case command_kind::get_session_stats:
+        case command_kind::cycle_thinking_level:
             break;
     }
     if (f.error) return command_error{c.id, name, std::move(*f.error)};
@@ -403,6 +418,7 @@ json::object to_json(const command& c) {
         o["modelId"] = c.model_id;
     }
     if (c.kind == k::set_session_name) o["name"] = c.name;
+    if (c.kind == k::set_thinking_level) o["level"] = to_string(c.level);
     if (c.id) o["id"] = *c.id;
     return o;
 }

@@ -179,13 +179,45 @@ class anthropic_decoder final : public stream_decoder {
 
 }  // namespace
 
+std::optional<std::int64_t> thinking_budget(thinking_level level, std::int64_t max_tokens) {
+    std::int64_t budget = 0;
+    switch (level) {
+        case thinking_level::off:
+            return std::nullopt;
+        case thinking_level::minimal:
+            budget = 1024;
+            break;
+        case thinking_level::low:
+            budget = 2048;
+            break;
+        case thinking_level::medium:
+            budget = 8192;
+            break;
+        case thinking_level::high:
+        case thinking_level::xhigh:
+            budget = 16384;
+            break;
+    }
+    // the API wants 1024 <= budget_tokens < max_tokens; leave 1024 tokens for the answer
+    budget = std::min(budget, max_tokens - 1024);
+    if (budget < 1024) return std::nullopt;
+    return budget;
+}
+
 std::string anthropic_body(const provider_request& req) {
     std::string out;
     out.reserve(body_size_hint(req));
     out += "{\"model\":";
     jt::append_string(out, req.model.id);
     out += ",\"max_tokens\":";
-    jt::append_int(out, req.model.max_tokens > 0 ? req.model.max_tokens : 4096);
+    const std::int64_t max_tokens = req.model.max_tokens > 0 ? req.model.max_tokens : 4096;
+    jt::append_int(out, max_tokens);
+    if (const auto budget =
+            thinking_budget(effective_thinking_level(req.model, req.thinking), max_tokens)) {
+        out += R"(,"thinking":{"type":"enabled","budget_tokens":)";
+        jt::append_int(out, *budget);
+        out.push_back('}');
+    }
     if (!req.system_prompt.empty()) {
         out += ",\"system\":";
         jt::append_string(out, req.system_prompt);

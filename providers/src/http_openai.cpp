@@ -157,6 +157,12 @@ void user_blocks(std::string& out, const std::vector<content_block>& content,
 
 }  // namespace
 
+std::optional<std::string_view> reasoning_effort(thinking_level level) {
+    if (level == thinking_level::off) return std::nullopt;
+    if (level == thinking_level::xhigh) return "high";
+    return to_string(level);
+}
+
 std::string openai_body(const provider_request& req) {
     std::string out;
     out.reserve(body_size_hint(req));
@@ -232,6 +238,10 @@ std::string openai_body(const provider_request& req) {
         }
     }
     out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+    if (const auto effort = reasoning_effort(effective_thinking_level(req.model, req.thinking))) {
+        out += ",\"reasoning_effort\":";
+        jt::append_string(out, *effort);
+    }
     append_tools(out, req.tools, R"({"type":"function","function":{)", "parameters", "}}");
     out.push_back('}');
     return out;

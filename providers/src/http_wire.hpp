@@ -185,6 +185,13 @@ inline std::string stream_error_text(std::string message, const std::string& typ
 /// The request body of one streamed request (http_openai.cpp, http_anthropic.cpp).
 std::string openai_body(const provider_request& req);
 std::string anthropic_body(const provider_request& req);
+/// Anthropic's `thinking.budget_tokens` for `level` (the reference's budgets: minimal 1024, low
+/// 2048, medium 8192, high and xhigh 16384), at most max_tokens - 1024; nullopt (no thinking
+/// sent) for off, or when max_tokens leaves no room for the API's minimum of 1024.
+std::optional<std::int64_t> thinking_budget(thinking_level level, std::int64_t max_tokens);
+/// OpenAI's `reasoning_effort` for `level`: minimal, low, medium, high (xhigh is sent as high);
+/// nullopt for off.
+std::optional<std::string_view> reasoning_effort(thinking_level level);
 /// The stream decoder of each API.
 std::unique_ptr<stream_decoder> make_openai_decoder();
 std::unique_ptr<stream_decoder> make_anthropic_decoder();

@@ -275,7 +275,19 @@ provider_request agent_session::build_request() const {
         if (!is_failed_assistant(*m)) r.messages.push_back(m);
     if (rare_) r.tools = rare_->tools.definitions();
     r.session_id = history_.session_id();
+    r.thinking = config_.selection.thinking;
     return r;
+}
+
+std::string agent_session::set_thinking_level(thinking_level level) {
+    config_.selection.thinking = level;
+    const model_info m = model();
+    if (level == thinking_level::off || m.reasoning) return {};
+    std::string note = "Model " + m.provider + "/" + m.id +
+                       " does not reason (models.json \"reasoning\": false): thinkingLevel \"" +
+                       std::string(to_string(level)) + "\" is kept and ignored";
+    logger_->warn("{}", note);
+    return note;
 }
 
 // ---- control ----------------------------------------------------------------------------

@@ -627,6 +627,71 @@ TEST_CASE("issue 24: images and thinking are encoded for each API, signatures by
     CHECK(json::serialize(json::parse(openai)) == openai);
 }
 
+TEST_CASE("issue 24: thinkingLevel becomes Anthropic budget_tokens and OpenAI reasoning_effort",
+          "[http][protocol][content]") {
+    provider_request r;
+    r.model = model_info{"p", "m1", "x", 100000, 64000};
+    r.model.reasoning = true;
+    r.messages.push_back(std::make_shared<message>(make_user_message("hi")));
+    const auto anthropic_thinking = [&](thinking_level l, std::int64_t max_tokens) {
+        r.thinking = l;
+        r.model.max_tokens = max_tokens;
+        const auto o =
+            json::parse(http_protocol::build_request_body(api_kind::anthropic_messages, r));
+        const auto* t = o.as_object().if_contains("thinking");
+        return t ? json::serialize(*t) : std::string("none");
+    };
+    CHECK(anthropic_thinking(thinking_level::off, 64000) == "none");
+    CHECK(anthropic_thinking(thinking_level::minimal, 64000) ==
+          R"({"type":"enabled","budget_tokens":1024})");
+    CHECK(anthropic_thinking(thinking_level::low, 64000) ==
+          R"({"type":"enabled","budget_tokens":2048})");
+    CHECK(anthropic_thinking(thinking_level::medium, 64000) ==
+          R"({"type":"enabled","budget_tokens":8192})");
+    CHECK(anthropic_thinking(thinking_level::high, 64000) ==
+          R"({"type":"enabled","budget_tokens":16384})");
+    CHECK(anthropic_thinking(thinking_level::xhigh, 64000) ==
+          R"({"type":"enabled","budget_tokens":16384})");
+    // 1024 tokens stay for the answer; below the API's minimum budget nothing is sent
+    CHECK(anthropic_thinking(thinking_level::high, 4096) ==
+          R"({"type":"enabled","budget_tokens":3072})");
+    CHECK(anthropic_thinking(thinking_level::high, 2047) == "none");
+    CHECK(anthropic_thinking(thinking_level::high, 2048) ==
+          R"({"type":"enabled","budget_tokens":1024})");
+    r.model.max_tokens = 64000;
+    r.thinking = thinking_level::low;
+    CHECK(http_protocol::build_request_body(api_kind::anthropic_messages, r) ==
+          R"({"model":"m1","max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":2048},)"
+          R"("messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true})");
+
+    const auto effort = [&](thinking_level l) {
+        r.thinking = l;
+        const auto o =
+            json::parse(http_protocol::build_request_body(api_kind::openai_completions, r));
+        const auto* e = o.as_object().if_contains("reasoning_effort");
+        return e ? std::string(e->as_string()) : std::string("none");
+    };
+    CHECK(effort(thinking_level::off) == "none");
+    CHECK(effort(thinking_level::minimal) == "minimal");
+    CHECK(effort(thinking_level::low) == "low");
+    CHECK(effort(thinking_level::medium) == "medium");
+    CHECK(effort(thinking_level::high) == "high");
+    CHECK(effort(thinking_level::xhigh) == "high");
+    r.thinking = thinking_level::medium;
+    CHECK(http_protocol::build_request_body(api_kind::openai_completions, r) ==
+          R"({"model":"m1","messages":[{"role":"user","content":"hi"}],"stream":true,)"
+          R"("stream_options":{"include_usage":true},"reasoning_effort":"medium"})");
+
+    // a model that does not reason: the level is ignored, the body is what it was without one
+    r.model.reasoning = false;
+    for (auto api : {api_kind::anthropic_messages, api_kind::openai_completions}) {
+        r.thinking = thinking_level::high;
+        const std::string with = http_protocol::build_request_body(api, r);
+        r.thinking = thinking_level::off;
+        CHECK(with == http_protocol::build_request_body(api, r));
+    }
+}
+
 namespace {
 
 struct thinking_observer final : stream_observer {

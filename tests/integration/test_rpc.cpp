@@ -188,8 +188,21 @@ TEST_CASE("to_json: the exact request of every command, parsed back to the same 
         c.name = " n ";
         add(c, R"({"type":"set_session_name","name":" n "})");
     }
+    {
+        auto c = cmd(k::set_thinking_level);
+        c.level = thinking_level::minimal;
+        add(c, R"({"type":"set_thinking_level","level":"minimal"})");
+    }
+    {
+        auto c = cmd(k::prompt);
+        c.message = "look";
+        c.images.push_back(image_block{"QUJD", "image/png"});
+        add(c,
+            R"({"type":"prompt","message":"look","images":[{"type":"image","data":"QUJD","mimeType":"image/png"}]})");
+    }
     for (k plain : {k::abort, k::abort_retry, k::retry_now, k::get_state, k::get_messages,
-                    k::get_last_assistant_text, k::get_available_models, k::get_session_stats})
+                    k::get_last_assistant_text, k::get_available_models, k::get_session_stats,
+                    k::cycle_thinking_level})
         add(cmd(plain), R"({"type":")" + std::string(rpc::to_string(plain)) + R"("})");
     for (const auto& [c, text] : rows) {
         INFO(text);
@@ -206,6 +219,8 @@ TEST_CASE("to_json: the exact request of every command, parsed back to the same 
         CHECK(back.provider == c.provider);
         CHECK(back.model_id == c.model_id);
         CHECK(back.name == c.name);
+        CHECK(back.level == c.level);
+        CHECK(back.images.size() == c.images.size());
     }
 }
 
@@ -243,6 +258,8 @@ TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
     auto m = parsed(R"({"type":"set_model","provider":"faux","modelId":"faux"})");
     CHECK((m.provider == "faux" && m.model_id == "faux"));
     CHECK(parsed(R"({"type":"set_session_name","name":" n "})").name == " n ");
+    CHECK(parsed(R"({"type":"set_thinking_level","level":"xhigh"})").level ==
+          thinking_level::xhigh);
     CHECK(parsed(R"({"type":"new_session","parentSession":"/x.jsonl"})").parent_session ==
           "/x.jsonl");
     for (auto t : {"abort", "abort_retry", "retry_now", "get_state", "get_messages",
@@ -896,6 +913,49 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
                            "global settings failed: "));
     CHECK(read_file(env.settings_file()) == "{not json");
     CHECK(p.call("s3", "get_state").at("data").at("autoRetryEnabled") == false);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("issue 24: set_thinking_level, cycle_thinking_level and get_state's thinkingLevel",
+          "[rpc][process][content]") {
+    rpc_env env(R"({"thinkingLevel":"medium"})");
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    write_file(
+        env.dir.path / "models.json",
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"anthropic-messages",)"
+        R"("apiKey":"any","models":[{"id":"r1","reasoning":true},{"id":"plain"}]}}})");
+    // faux does not reason: the setting is kept, the level in use is off
+    CHECK(p.call("s0", "get_state").at("data").at("thinkingLevel") == "off");
+    CHECK(
+        p.call("c0", "cycle_thinking_level") ==
+        obj(R"({"id":"c0","type":"response","command":"cycle_thinking_level","success":true,"data":null})"));
+    CHECK(
+        p.call("t0", "set_thinking_level", {{"level", "high"}}) ==
+        obj(R"({"id":"t0","type":"response","command":"set_thinking_level","success":true,"data":{"level":"off","note":"Model faux/faux does not reason (models.json \"reasoning\": false): thinkingLevel \"high\" is kept and ignored"}})"));
+    // a reasoning model uses the level that was set
+    REQUIRE(p.call("m", "set_model", {{"provider", "local"}, {"modelId", "r1"}}).at("success") ==
+            true);
+    CHECK(p.call("s1", "get_state").at("data").at("thinkingLevel") == "high");
+    CHECK(
+        p.call("t1", "set_thinking_level", {{"level", "low"}}) ==
+        obj(R"({"id":"t1","type":"response","command":"set_thinking_level","success":true,"data":{"level":"low"}})"));
+    strings cycled;
+    for (int i = 0; i < 6; ++i)
+        cycled.emplace_back(p.call("c" + std::to_string(i + 1), "cycle_thinking_level")
+                                .at("data")
+                                .at("level")
+                                .as_string());
+    CHECK(cycled == strings{"medium", "high", "xhigh", "off", "minimal", "low"});
+    CHECK(p.call("s2", "get_state").at("data").at("thinkingLevel") == "low");
+    CHECK(p.call("t2", "set_thinking_level", {{"level", "max"}}).at("error") ==
+          R"(Field "level" must be one of off, minimal, low, medium, high, xhigh, found "max")");
+    CHECK(p.call("t3", "set_thinking_level").at("error") == R"(Missing field "level" (a string))");
+    REQUIRE(
+        p.call("m2", "set_model", {{"provider", "local"}, {"modelId", "plain"}}).at("success") ==
+        true);
+    CHECK(p.call("s3", "get_state").at("data").at("thinkingLevel") == "off");
     p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }

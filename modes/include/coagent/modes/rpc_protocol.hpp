@@ -4,6 +4,7 @@
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
 #include <coagent/runtime/message.hpp>
+#include <coagent/runtime/settings.hpp>
 #include <coagent/runtime/streaming_behavior.hpp>
 
 #include <boost/json/object.hpp>
@@ -76,6 +77,8 @@ enum class command_kind {
     get_available_models,
     get_session_stats,
     set_session_name,
+    set_thinking_level,
+    cycle_thinking_level,
 };
 
 /// The command's wire name ("abort_retry").
@@ -94,7 +97,8 @@ struct command {
     std::optional<std::string> parent_session;               // new_session
     std::string provider;                                    // set_model
     std::string model_id;                                    // set_model
-    std::string name;  // set_session_name (as sent, not trimmed)
+    std::string name;                            // set_session_name (as sent, not trimmed)
+    thinking_level level = thinking_level::off;  // set_thinking_level
 };
 
 /// A line that could not be turned into a command: answer it with error_response(id,

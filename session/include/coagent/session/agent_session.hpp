@@ -208,6 +208,16 @@ class agent_session : private event_sink {
     bool is_streaming() const noexcept { return streaming_; }
     bool is_busy() const noexcept { return busy_; }
     bool is_compacting() const noexcept { return compacting_; }
+    /// thinkingLevel for this session (a runtime override of the setting): the next request
+    /// is sent with it. Returns the note to show when the current model does not reason (the
+    /// level is kept and ignored, never sent), else an empty string.
+    std::string set_thinking_level(thinking_level level);
+    thinking_level configured_thinking_level() const noexcept { return config_.selection.thinking; }
+    /// The level requests go out with: the configured one, or off on a model that does not
+    /// reason (effective_thinking_level).
+    thinking_level thinking_level_in_use() const {
+        return effective_thinking_level(model(), config_.selection.thinking);
+    }
     void set_auto_compaction_enabled(bool enabled) noexcept {
         config_.compaction.enabled = enabled;
     }

@@ -4,6 +4,7 @@
 
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/message.hpp>
+#include <coagent/runtime/settings.hpp>
 #include <coagent/session/auth_storage.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -29,7 +30,17 @@ struct provider_request {
     std::vector<message_ptr> messages;
     std::vector<tool_definition> tools;
     std::string session_id;
+    /// thinkingLevel: how much the model thinks; the wire formats send it only when
+    /// effective_thinking_level() says so.
+    thinking_level thinking = thinking_level::off;
 };
+
+/// The level a request is sent with: `level`, or off on a model that does not reason
+/// (models.json "reasoning": false) — a level there is ignored, never sent.
+constexpr thinking_level effective_thinking_level(const model_info& m,
+                                                  thinking_level level) noexcept {
+    return m.reasoning ? level : thinking_level::off;
+}
 
 /// Receives the progress of a streamed reply; `partial` is the message being filled.
 class stream_observer {
