@@ -67,6 +67,7 @@ std::string_view event_type(const event& e) noexcept {
                 return "retry_fallback_succeeded";
             },
             [](const agent_settled_event&) -> std::string_view { return "agent_settled"; },
+            [](const images_omitted_event&) -> std::string_view { return "images_omitted"; },
         },
         e);
 }
@@ -182,6 +183,10 @@ void append_json(std::string& out, const event& e) {
                        field(out, "role", x.role);
                    },
                    [](const agent_settled_event&) {},
+                   [&](const images_omitted_event& x) {
+                       field_int(out, "omitted", x.omitted);
+                       field(out, "errorMessage", x.error_message);
+                   },
                },
                e);
     out.push_back('}');

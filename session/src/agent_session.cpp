@@ -266,6 +266,26 @@ void agent_session::drop_trailing_failed_assistant() {
         messages_.pop_back();
 }
 
+void agent_session::omit_older_images() {
+    // the newest image stays; every older one becomes the placeholder text, in copies of its
+    // messages (the session file, written already, keeps the originals)
+    bool newest_seen = false;
+    for (auto it = messages_.rbegin(); it != messages_.rend(); ++it) {
+        const message& m = **it;
+        if (image_count(m) == 0 || is_failed_assistant(m)) continue;
+        auto copy = std::make_shared<message>(m);
+        for (auto b = copy->content.rbegin(); b != copy->content.rend(); ++b) {
+            if (!std::holds_alternative<image_block>(*b)) continue;
+            if (!newest_seen) {
+                newest_seen = true;
+                continue;
+            }
+            *b = text_block{std::string(omitted_image_text)};
+        }
+        *it = std::move(copy);
+    }
+}
+
 provider_request agent_session::build_request() const {
     provider_request r;
     r.model = provider_->model();
@@ -449,6 +469,7 @@ void agent_session::tel_decided(const run_action& a) {
         case run_action::kind::wait:
         case run_action::kind::switch_credential:
         case run_action::kind::switch_model:
+        case run_action::kind::omit_images:
             return;  // the chat goes on: its next attempt follows
         default:
             break;
@@ -610,6 +631,12 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 co_return;
             case run_action::kind::summary_done:
                 co_return;
+            case run_action::kind::omit_images:
+                drop_trailing_failed_assistant();
+                omit_older_images();
+                a = run_action{};
+                a.what = run_action::kind::run;
+                break;
         }
     }
 }
@@ -636,6 +663,8 @@ run_action agent_session::end_run(run_outcome& out) {
         in.over_threshold = over_threshold(*in.last, m, config_.compaction);
         tel_classified(*in.last, in.cls);
     }
+    for (const auto& m : messages_)
+        if (!is_failed_assistant(*m)) in.images += static_cast<std::int64_t>(image_count(*m));
     in.abort_requested = abort_.requested();
     in.has_queued = has_queued();
     in.can_fall_back = catalog_ptr() != nullptr;

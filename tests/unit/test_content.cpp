@@ -213,3 +213,128 @@ TEST_CASE("issue 24: a session file the reference wrote, with images and thinkin
     CHECK(written(*h.session->messages()[0]) == reference_user);
     CHECK(written(*h.session->messages()[1]) == reference_assistant);
 }
+
+// ---- §11.25: a request too large with images -------------------------------------------------
+
+namespace {
+
+constexpr std::string_view too_large_step =
+    R"({"error":"413 request_too_large: Request exceeds the maximum size","status":413})";
+
+void prompt_with_images(harness& h, std::string text, std::vector<image_block> images) {
+    asio::co_spawn(h.io, h.session->prompt(std::move(text), std::move(images)),
+                   [&h](std::exception_ptr e, prompt_result r) {
+                       if (e) h.failure = e;
+                       h.result = std::move(r);
+                   });
+    h.run_ready();
+}
+
+std::vector<image_block> three_images() {
+    return {image_block{"QUFB", "image/png"}, image_block{"QkJC", "image/png"},
+            image_block{"Q0ND", "image/jpeg"}};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "issue 24 §11.25: a 413 with images omits all but the newest and tries once more, "
+    "also with compaction off",
+    "[content][retry]") {
+    for (const bool compaction : {true, false}) {
+        INFO("compaction.enabled " << compaction);
+        temp_dir dir;
+        settings cfg;
+        cfg.compaction.enabled = compaction;
+        harness h("[" + std::string(too_large_step) + R"(,{"text":"three pictures"}])", cfg,
+                  [&](session_options& o) { o.session_dir = dir.path; });
+        prompt_with_images(h, "compare these", three_images());
+        REQUIRE(h.done());
+        CHECK(h.result->outcome == prompt_result::status::succeeded);
+        CHECK(brief(h.events) == std::vector<std::string>{
+                                     "agent_start", "turn_start", "message_start:user",
+                                     "message_end:user", "message_start:assistant",
+                                     "message_end:assistant:error", "turn_end", "agent_end{final}",
+                                     "images_omitted", "agent_start", "turn_start",
+                                     "message_start:assistant", "message_end:assistant:stop",
+                                     "turn_end", "agent_end{final}", "agent_settled"});
+        CHECK(
+            h.of("images_omitted").at(0) ==
+            obj(R"({"type":"images_omitted","omitted":2,"errorMessage":"413 request_too_large: Request exceeds the maximum size"})"));
+        // no retry chain, no compaction: the omission is its own step
+        CHECK(h.of("auto_retry_start").empty());
+        CHECK(h.of("compaction_start").empty());
+        const auto reqs = h.requests();
+        REQUIRE(reqs.size() == 2);
+        CHECK(reqs[0].messages.at(0).images == 3);
+        REQUIRE(reqs[1].messages.size() == 1);  // the failed reply is not sent
+        CHECK(reqs[1].messages[0].images == 1);
+        CHECK(reqs[1].messages[0].text == std::string("compare these") +
+                                              std::string(omitted_image_text) +
+                                              std::string(omitted_image_text));
+        // the context: the newest image kept, the older ones replaced in order
+        CHECK(json::serialize(to_json(*h.session->messages().at(0)).at("content")) ==
+              R"([{"type":"text","text":"compare these"},)"
+              R"({"type":"text","text":"[image omitted: the request was too large]"},)"
+              R"({"type":"text","text":"[image omitted: the request was too large]"},)"
+              R"({"type":"image","data":"Q0ND","mimeType":"image/jpeg"}])");
+        // the session file keeps the originals
+        std::ifstream in(*h.session->history().file());
+        std::string all((std::istreambuf_iterator<char>(in)), {});
+        CHECK(all.find(R"({"type":"image","data":"QUFB","mimeType":"image/png"})") !=
+              std::string::npos);
+        CHECK(all.find("[image omitted") == std::string::npos);
+    }
+}
+
+TEST_CASE("issue 24 §11.25: once per prompt, images in older messages, and not for one image",
+          "[content][retry]") {
+    SECTION("a second 413 in the same prompt goes to the compaction path (off: the error)") {
+        settings cfg;
+        cfg.compaction.enabled = false;
+        harness h("[" + std::string(too_large_step) + "," + std::string(too_large_step) +
+                      R"(,{"text":"unused"}])",
+                  cfg);
+        prompt_with_images(h, "compare", three_images());
+        REQUIRE(h.done());
+        CHECK(h.result->outcome == prompt_result::status::failed);
+        CHECK(h.of("images_omitted").size() == 1);
+        CHECK(h.requests().size() == 2);
+        // the next prompt may omit again (the two images left: the older of them)
+        h.result.reset();
+        h.events.clear();
+        h.prompt("again");
+        REQUIRE(h.done());
+        CHECK(h.of("images_omitted").empty());  // one image left in the context: nothing to do
+        CHECK(h.requests().size() == 3);
+    }
+    SECTION("one image: nothing to omit, the overflow path as before") {
+        harness h("[" + std::string(too_large_step) + R"(,{"text":"summary"},{"text":"ok"}])");
+        prompt_with_images(h, "look", {image_block{"QUFB", "image/png"}});
+        REQUIRE(h.done());
+        CHECK(h.of("images_omitted").empty());
+        CHECK(h.of("compaction_start").size() == 1);
+    }
+    SECTION("the images of earlier messages count; a 413 without images is the overflow path") {
+        harness h(R"([{"text":"first"},)" + std::string(too_large_step) + R"(,{"text":"ok"}])");
+        prompt_with_images(h, "one", {image_block{"QUFB", "image/png"}});
+        REQUIRE(h.done());
+        h.result.reset();
+        prompt_with_images(h, "two", {image_block{"QkJC", "image/png"}});
+        REQUIRE(h.done());
+        CHECK(h.result->outcome == prompt_result::status::succeeded);
+        CHECK(h.of("images_omitted").at(0).at("omitted") == 1);
+        const auto reqs = h.requests();
+        REQUIRE(reqs.size() == 3);
+        CHECK(reqs[2].messages.at(0).images == 0);  // the older prompt's image
+        CHECK(reqs[2].messages.at(2).images == 1);  // the newest stays
+    }
+    SECTION("a 400 overflow with images is not this rule") {
+        harness h(
+            R"([{"error":"400 prompt is too long: 213462 tokens > 200000 maximum","status":400},{"text":"summary"},{"text":"ok"}])");
+        prompt_with_images(h, "look", three_images());
+        REQUIRE(h.done());
+        CHECK(h.of("images_omitted").empty());
+        CHECK(h.of("compaction_start").size() == 1);
+    }
+}

@@ -71,6 +71,16 @@ struct auto_retry_start_event {
     limit_kind limit = limit_kind::none;  // coagent's extra field `limit` (typed limits)
     discarded_output discarded;           // coagent's extra field `discarded`
 };
+/// A request too large for the provider (413 / request_too_large) while the context held
+/// images: all but the newest were replaced by a placeholder in the context requests are built
+/// from (the session file keeps them), and the turn is tried once more (docs/retry-policy.md
+/// §11.25).
+struct images_omitted_event {
+    std::int64_t omitted = 0;   ///< images replaced by the placeholder
+    std::string error_message;  ///< the failed reply's error
+};
+/// The text an omitted image is replaced by.
+inline constexpr std::string_view omitted_image_text = "[image omitted: the request was too large]";
 struct auto_retry_end_event {
     bool success = false;
     int attempt = 0;
@@ -110,7 +120,8 @@ using event =
                  message_end_event, tool_execution_start_event, tool_execution_end_event,
                  turn_end_event, agent_end_event, auto_retry_start_event, auto_retry_end_event,
                  compaction_start_event, compaction_end_event, extension_error_event,
-                 retry_fallback_applied_event, retry_fallback_succeeded_event, agent_settled_event>;
+                 retry_fallback_applied_event, retry_fallback_succeeded_event, agent_settled_event,
+                 images_omitted_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

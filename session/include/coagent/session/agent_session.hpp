@@ -319,6 +319,7 @@ class agent_session : private event_sink {
     boost::asio::awaitable<prompt_result> queue_while_busy(message user, streaming_behavior b,
                                                            std::uint64_t id);
     bool join_backoff_message(message user);
+    void omit_older_images();
     // a prompt whose message joined a backoff: parked until the settle, with the chain's result
     boost::asio::awaitable<prompt_result> wait_for_settle(std::uint64_t id);
     void settle_after_compaction();
