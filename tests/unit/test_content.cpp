@@ -4,7 +4,9 @@
 
 #include "support/session_harness.hpp"
 
+#include <coagent/classify/classify.hpp>
 #include <coagent/session/compaction.hpp>
+#include <coagent/session/run_policy.hpp>
 #include <coagent/session/history.hpp>
 
 #include <catch2/catch.hpp>
@@ -337,4 +339,57 @@ TEST_CASE("issue 24 §11.25: once per prompt, images in older messages, and not 
         CHECK(h.of("images_omitted").empty());
         CHECK(h.of("compaction_start").size() == 1);
     }
+}
+
+namespace {
+struct type_recorder final : event_sink {
+    std::vector<std::string> seen;
+    void operator()(event e) override { seen.emplace_back(event_type(e)); }
+};
+}  // namespace
+
+TEST_CASE("issue 24 §11.25: the run policy omits images once per prompt, then compacts",
+          "[content][retry][run-policy]") {
+    auto failed = std::make_shared<message>();
+    failed->role = message_role::assistant;
+    failed->stop = stop_reason::error;
+    failed->error_message = "413 request_too_large: Request exceeds the maximum size";
+    failed->error_status = 413;
+    const model_info model{"p", "m", "anthropic-messages", 200000, 8192};
+    const auto run_ended = [&](std::int64_t images) {
+        run_end in;
+        in.added = {failed};
+        in.last = failed;
+        in.cls = classify(*failed, model, 0);
+        in.images = images;
+        return in;
+    };
+    CHECK(is_request_too_large(*failed));
+    settings s;
+    run_policy p;
+    type_recorder out;
+    REQUIRE(p.begin_prompt().what == run_action::kind::run);
+    CHECK(p.on_run_end(run_ended(3), s, out).what == run_action::kind::omit_images);
+    CHECK(out.seen == std::vector<std::string>{"agent_end", "images_omitted"});
+    // the same prompt: images again (a steer or a tool result brought some), no second omission
+    run_action a = p.on_run_end(run_ended(2), s, out);
+    CHECK(a.what == run_action::kind::compact);
+    CHECK(a.reason == compaction_reason::overflow);
+    // the next prompt may omit again
+    CHECK(p.on_compaction_done(false, false).what == run_action::kind::settle);
+    REQUIRE(p.begin_prompt().what == run_action::kind::run);
+    CHECK(p.on_run_end(run_ended(2), s, out).what == run_action::kind::omit_images);
+    // what counts as too large
+    message m = *failed;
+    m.error_status = 400;
+    CHECK(is_request_too_large(m));  // the text says request_too_large
+    m.error_message = "400 prompt is too long";
+    CHECK_FALSE(is_request_too_large(m));
+    m.error_type = "request_too_large";
+    CHECK(is_request_too_large(m));
+    m.error_type.clear();
+    m.error_status = 413;
+    CHECK(is_request_too_large(m));
+    m.stop = stop_reason::aborted;
+    CHECK_FALSE(is_request_too_large(m));
 }
