@@ -1706,15 +1706,16 @@ struct session_loopback {
         sub = session->subscribe([this](const event& e) { events.push_back(to_json(e)); });
     }
 
-    void start(std::string text) {
-        asio::co_spawn(lb.io, session->prompt(std::move(text)),
+    void start(std::string text, std::vector<image_block> images = {}) {
+        asio::co_spawn(lb.io, session->prompt(std::move(text), std::move(images)),
                        [this](std::exception_ptr e, prompt_result r) {
                            failure = e;
                            result = std::move(r);
                        });
     }
-    void prompt(std::string text, std::chrono::milliseconds cap = 20s) {
-        start(std::move(text));
+    void prompt(std::string text, std::chrono::milliseconds cap = 20s,
+                std::vector<image_block> images = {}) {
+        start(std::move(text), std::move(images));
         REQUIRE(lb.run_until([&] { return result.has_value(); }, cap));
         if (failure) std::rethrow_exception(failure);
     }
@@ -2121,6 +2122,34 @@ TEST_CASE(
         CHECK(std::get<thinking_block>(final_msg.content[0]).signature == "fakellm-signature-2");
         CHECK(text_of(final_msg) == "one two three");
     }
+}
+
+TEST_CASE(
+    "issue 24 §11.25: Anthropic's 413 request_too_large with images over loopback: the older "
+    "images omitted, one more request, compaction off",
+    "[http][loopback][session][content]") {
+    settings s = fast_settings();
+    s.compaction.enabled = false;
+    session_loopback t(
+        R"([{"status":413,"body":{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}},)"
+        R"({"text":"Two logos."}])",
+        api_kind::anthropic_messages, s);
+    t.prompt("compare", 20s, {image_block{"QUFB", "image/png"}, image_block{"QkJC", "image/gif"}});
+    REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+    CHECK(text_of(*t.result->last_assistant) == "Two logos.");
+    CHECK(
+        t.of("images_omitted").at(0) ==
+        obj(R"({"type":"images_omitted","omitted":1,"errorMessage":"413 Request exceeds the maximum size"})"));
+    const auto reqs = t.lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0].status == 413);
+    CHECK(reqs[0].images == 2);
+    CHECK(reqs[1].images == 1);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","max_tokens":4096,"messages":[{"role":"user","content":[)"
+        R"({"type":"text","text":"compare"},{"type":"text","text":"[image omitted: the request was too large]"},)"
+        R"({"type":"image","source":{"type":"base64","media_type":"image/gif","data":"QkJC"}}]}],"stream":true})");
 }
 
 TEST_CASE(
