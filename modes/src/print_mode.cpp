@@ -81,7 +81,7 @@ int run_print_mode(app_context& app) {
 
     std::optional<prompt_result> result;
     std::exception_ptr failure;
-    boost::asio::co_spawn(io, session->prompt(*app.options().message),
+    boost::asio::co_spawn(io, session->prompt(*app.options().message, app.options().images),
                           [&](std::exception_ptr e, prompt_result r) {
                               failure = e;
                               result = std::move(r);
