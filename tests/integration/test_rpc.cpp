@@ -566,8 +566,8 @@ TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to
     CHECK(st.at("success") == true);
     CHECK(st.at("command") == "get_state");
     const auto& d = st.at("data").as_object();
-    CHECK(keys(d) == std::set<std::string>{"model", "isStreaming", "isCompacting", "isRetrying",
-                                           "retryAttempt", "autoRetryEnabled",
+    CHECK(keys(d) == std::set<std::string>{"model", "thinkingLevel", "isStreaming", "isCompacting",
+                                           "isRetrying", "retryAttempt", "autoRetryEnabled",
                                            "autoCompactionEnabled", "sessionId", "sessionFile",
                                            "messageCount", "pendingMessageCount", "steeringMode",
                                            "followUpMode", "limitsStore", "limitsConnected"});
