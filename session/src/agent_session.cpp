@@ -101,10 +101,16 @@ agent_session::agent_session(session_options o)
         history_ = std::move(loaded.history);
         messages_ = history_.context();
         check_tool_calls_ = true;
-        for (const auto& e : history_.entries())
+        for (const auto& e : history_.entries()) {
             if (e.type == "session_info")
                 if (const auto* n = e.raw.if_contains("name"); n && n->is_string())
                     rare().name = std::string(n->get_string());
+            // the session's last thinking level (the reference writes these entries too)
+            if (e.type == "thinking_level_change")
+                if (const auto* l = e.raw.if_contains("thinkingLevel"); l && l->is_string())
+                    if (auto level = thinking_level_from_string(l->get_string()))
+                        config_.selection.thinking = *level;
+        }
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -300,6 +306,13 @@ provider_request agent_session::build_request() const {
 }
 
 std::string agent_session::set_thinking_level(thinking_level level) {
+    if (level != config_.selection.thinking) {
+        json::object fields;
+        fields["thinkingLevel"] = to_string(level);
+        if (auto ec = history_.append_entry("thinking_level_change", std::move(fields)))
+            logger_->error("session file: cannot write the thinking_level_change entry: {}",
+                           ec.message());
+    }
     config_.selection.thinking = level;
     const model_info m = model();
     if (level == thinking_level::off || m.reasoning) return {};

@@ -6,8 +6,8 @@
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/session/compaction.hpp>
-#include <coagent/session/run_policy.hpp>
 #include <coagent/session/history.hpp>
+#include <coagent/session/run_policy.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -392,4 +392,27 @@ TEST_CASE("issue 24 §11.25: the run policy omits images once per prompt, then c
     CHECK(is_request_too_large(m));
     m.stop = stop_reason::aborted;
     CHECK_FALSE(is_request_too_large(m));
+}
+
+TEST_CASE("issue 24: a thinking level change is a thinking_level_change entry, restored on resume",
+          "[content][history]") {
+    temp_dir dir;
+    fs::path file;
+    {
+        harness h(R"([{"text":"ok"}])", settings{},
+                  [&](session_options& o) { o.session_dir = dir.path; });
+        h.session->set_thinking_level(thinking_level::high);
+        h.session->set_thinking_level(thinking_level::high);  // no change: no entry
+        h.prompt("hi");
+        REQUIRE(h.done());
+        file = *h.session->history().file();
+    }
+    std::ifstream in(file);
+    std::string all((std::istreambuf_iterator<char>(in)), {});
+    CHECK(all.find(R"("type":"thinking_level_change")") != std::string::npos);
+    CHECK(all.find(R"("thinkingLevel":"high")") != std::string::npos);
+    CHECK(all.find(R"("type":"thinking_level_change")") ==
+          all.rfind(R"("type":"thinking_level_change")"));
+    harness h(R"([{"text":"ok"}])", settings{}, [&](session_options& o) { o.resume_file = file; });
+    CHECK(h.session->configured_thinking_level() == thinking_level::high);
 }
