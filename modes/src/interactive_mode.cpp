@@ -315,6 +315,7 @@ class interactive_ui {
         arm_signals();
 
         render(false);
+        if (session_->open_park_in_history()) launch_resume_park();  // --continue of a park
         if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
@@ -394,13 +395,20 @@ class interactive_ui {
             exit_code_ = code;
             app_.stop_limits();
         }
-        if (session_ && session_->is_busy()) session_->abort();  // the running prompt settles soon
+        if (session_ && session_->parked_until()) {
+            // a park is not cancelled by leaving: it stays open in the session file and
+            // `coagent --continue` re-enters it (docs/tui.md)
+            leave_parked_ = true;
+        } else if (session_ && session_->is_busy()) {
+            session_->abort();  // the running prompt settles soon
+        }
         maybe_finish();
     }
 
     void maybe_finish() {
-        if (!exiting_ || tasks_ > 0 || finished_) return;
+        if (!exiting_ || (tasks_ > 0 && !leave_parked_) || finished_) return;
         finished_ = true;
+        if (leave_parked_) io_.stop();  // the parked prompt's timer would keep it running
         boost::system::error_code ec;
         in_.cancel(ec);
         in_.close(ec);
@@ -742,6 +750,28 @@ class interactive_ui {
                        });
     }
 
+    void launch_resume_park() {
+        ++tasks_;
+        // the prompt the park belongs to: the last user message (what /retry sends again)
+        std::string text;
+        for (auto it = session_->messages().rbegin(); it != session_->messages().rend(); ++it)
+            if ((*it)->role == message_role::user) {
+                text = text_of(**it);
+                break;
+            }
+        asio::co_spawn(io_, session_->resume_park(),
+                       [this, text](std::exception_ptr e, prompt_result r) {
+                           --tasks_;
+                           if (e) {
+                               log_exception("resuming the park", e);
+                           } else {
+                               ctl_.on_prompt_done(text, r);
+                               schedule_render();
+                           }
+                           maybe_finish();
+                       });
+    }
+
     asio::awaitable<prompt_result> run_prompt(std::string text, bool join) {
         if (exiting_) co_return prompt_result{};
         // during a backoff the message joins the chain and the retry starts now (no streaming
@@ -884,6 +914,7 @@ class interactive_ui {
 
     int tasks_ = 0;
     bool exiting_ = false;
+    bool leave_parked_ = false;  // exiting while parked: the park stays open
     bool finished_ = false;
     bool restored_ = false;
     int exit_code_ = 0;

@@ -50,6 +50,7 @@ int run_print_mode(app_context& app) {
     const bool json_mode = app.options().mode == app_mode::json;
 
     bool retry_failure_shown = false;
+    std::optional<limit_kind> parked;  // retry.longWait "park": the limit the prompt waits out
     auto sub = session->subscribe([&](const event& e) {
         if (json_mode) {
             std::string line;
@@ -60,7 +61,20 @@ int run_print_mode(app_context& app) {
             return;
         }
         if (const auto* s = std::get_if<auto_retry_start_event>(&e)) {
-            std::cerr << retry_progress_line(*s) << std::endl;
+            // a wait above retry.maxDelayMs is a park (a backoff is capped at it): its one line
+            // comes with retry_parked
+            const std::int64_t max = session->config().retry.max_delay_ms;
+            if (!(max > 0 && s->delay_ms > max)) std::cerr << retry_progress_line(*s) << std::endl;
+        } else if (const auto* p = std::get_if<retry_parked_event>(&e)) {
+            const std::int64_t now = wall_clock_ms();
+            std::cerr << park_print_line(p->limit, p->until, p->until - now, now,
+                                         tui::sanitize(p->error_message))
+                      << std::endl;
+            parked = p->limit;
+        } else if (std::holds_alternative<agent_start_event>(e) && parked) {
+            std::cerr << "Resuming after the usage limit (" << to_string(*parked) << ")\u2026"
+                      << std::endl;
+            parked.reset();
         } else if (const auto* x = std::get_if<auto_retry_end_event>(&e); x && !x->success) {
             std::cerr << retry_failed_line(*x) << std::endl;
             retry_failure_shown = true;
@@ -76,12 +90,29 @@ int run_print_mode(app_context& app) {
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         interrupted = sig;
+        if (sig == SIGTERM && session->parked_until()) {
+            // a park outlives the process: it stays open in the session file (--continue)
+            app.stop_limits();
+            io.stop();
+            return;
+        }
         session->abort();
     });
 
     std::optional<prompt_result> result;
     std::exception_ptr failure;
-    boost::asio::co_spawn(io, session->prompt(*app.options().message, app.options().images),
+    // an open park of a continued session is re-entered first; the message runs after it
+    const auto run = [](agent_session& s, std::string text,
+                        std::vector<image_block> images) -> boost::asio::awaitable<prompt_result> {
+        if (s.open_park_in_history()) {
+            prompt_result parked_result = co_await s.resume_park();
+            if (parked_result.outcome != prompt_result::status::succeeded) co_return parked_result;
+            if (parked_result.last_assistant)
+                std::cout << text_of(*parked_result.last_assistant) << std::endl;
+        }
+        co_return co_await s.prompt(std::move(text), std::move(images));
+    };
+    boost::asio::co_spawn(io, run(*session, *app.options().message, app.options().images),
                           [&](std::exception_ptr e, prompt_result r) {
                               failure = e;
                               result = std::move(r);

@@ -91,6 +91,9 @@ class rpc_server {
         write_line(rpc::to_line(ready));
 
         arm_signals();
+        // a continued session whose last park is open re-enters it: its events come without a
+        // prompt command (docs/rpc.md "Parked prompts")
+        if (session_->open_park_in_history()) launch_resume_park();
         const int in_fd = ::dup(STDIN_FILENO);
         if (in_fd < 0) {
             log_->warn("rpc mode: no stdin ({}); shutting down", std::strerror(errno));
@@ -134,6 +137,19 @@ class rpc_server {
                            if (e) log_exception("prompt", e);
                            maybe_finish();
                        });
+    }
+
+    void launch_resume_park() {
+        ++tasks_;
+        asio::co_spawn(io_, run_resume_park(session_), [this](std::exception_ptr e) {
+            --tasks_;
+            if (e) log_exception("resuming the park", e);
+            maybe_finish();
+        });
+    }
+
+    static asio::awaitable<void> run_resume_park(std::shared_ptr<agent_session> s) {
+        (void)co_await s->resume_park();
     }
 
     asio::awaitable<void> run_prompt(std::shared_ptr<agent_session> s, std::string text,
@@ -436,6 +452,7 @@ class rpc_server {
         d["isCompacting"] = s.is_compacting();
         d["isRetrying"] = s.is_retrying();
         d["retryAttempt"] = s.retry_attempt();
+        if (const auto until = s.parked_until()) d["parkedUntil"] = *until;
         d["autoRetryEnabled"] = s.auto_retry_enabled();
         d["autoCompactionEnabled"] = s.config().compaction.enabled;
         d["sessionId"] = s.session_id();
@@ -583,7 +600,11 @@ class rpc_server {
         boost::system::error_code ignored;
         in_.close(ignored);
         input_resume_.cancel();
-        if (session_) {
+        if (session_ && session_->parked_until()) {
+            // a park is not cancelled: it stays open in the session file, and `--continue`
+            // re-enters it (docs/rpc.md); the process ends once its output is written
+            leave_parked_ = true;
+        } else if (session_) {
             session_->abort_retry();
             session_->abort();
         }
@@ -591,7 +612,7 @@ class rpc_server {
     }
 
     void maybe_finish() {
-        if (!shutting_down_ || finished_ || tasks_ > 0 || !out_.idle()) return;
+        if (!shutting_down_ || finished_ || (tasks_ > 0 && !leave_parked_) || !out_.idle()) return;
         finished_ = true;
         signals_.cancel();
         io_.stop();
@@ -616,6 +637,7 @@ class rpc_server {
     int launching_ = 0;  // prompts accepted whose coroutine has not started yet
     int tasks_ = 0;      // prompt coroutines not finished
     bool shutting_down_ = false;
+    bool leave_parked_ = false;  // shutting down while parked: the park stays open
     bool finished_ = false;
     int exit_code_ = 0;
     std::optional<compaction_end_event> last_manual_compaction_;

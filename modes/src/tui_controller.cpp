@@ -156,6 +156,20 @@ void tui_controller::on_event(const event& e, time_point now) {
         if (!working_since_) working_since_ = now;  // one clock for the prompt, retries included
         retry_error_.clear();
         retry_limit_ = limit_kind::none;
+        parked_until_.reset();
+    } else if (const auto* rp = std::get_if<retry_parked_event>(&e)) {
+        // retry.longWait "park": the retry loader becomes the park line (also for a park
+        // re-entered from the session file, which has no auto_retry_start in this process)
+        if (!saved_esc_) saved_esc_ = esc_;
+        esc_ = esc_action::abort_retry;
+        busy_ = true;
+        loader_ = loader_kind::retry;
+        parked_until_ = rp->until;
+        wait_start_ = now;
+        wait_ms_ = std::max<std::int64_t>(0, rp->until - wall_now_ms());
+        retry_error_ = rp->error_message;
+        retry_limit_ = rp->limit;
+        pending_error_.reset();
     } else if (const auto* ms = std::get_if<message_start_event>(&e)) {
         if (ms->message && ms->message->role == message_role::user) {
             std::string text = text_of(*ms->message);
@@ -218,6 +232,7 @@ void tui_controller::on_event(const event& e, time_point now) {
         }
     } else if (const auto* re = std::get_if<auto_retry_end_event>(&e)) {
         restore_escape();  // only if auto_retry_start saved one (maxRetries 0: end without start)
+        parked_until_.reset();
         if (loader_ == loader_kind::retry)
             loader_ = busy_ ? loader_kind::working : loader_kind::none;
         retry_error_.clear();
@@ -522,6 +537,13 @@ void tui_controller::on_other_key() {
     }
 }
 
+std::int64_t tui_controller::wall_now_ms() const {
+    if (wall_ms_) return wall_ms_();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
 std::int64_t tui_controller::wait_left_ms() const {
     if (loader_ != loader_kind::retry) return 0;
     // in milliseconds from the start: a huge wait never overflows a time point; rounded up
@@ -573,6 +595,8 @@ std::string tui_controller::loader_text() const {
                    " (esc to interrupt)";
         }
         case loader_kind::retry:
+            if (parked_until_)
+                return park_line(retry_limit_, *parked_until_, wait_left_ms(), wall_now_ms());
             return "Retrying (" + std::to_string(attempt_) + "/" + std::to_string(max_attempts_) +
                    ") in " + format_wait(wait_left_ms()) + "\u2026 (esc to cancel)";
         case loader_kind::compaction:

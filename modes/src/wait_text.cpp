@@ -2,6 +2,7 @@
 #include <coagent/runtime/time_math.hpp>
 
 #include <algorithm>
+#include <ctime>
 
 namespace coagent {
 
@@ -60,6 +61,41 @@ std::string format_elapsed(std::int64_t ms) {
     if (s < 60) return std::to_string(s) + "s";
     if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
     return std::to_string(s / 3600) + "h " + std::to_string(s / 60 % 60) + "m";
+}
+
+namespace {
+std::tm local_tm(std::int64_t epoch_ms) {
+    const std::time_t t = static_cast<std::time_t>(epoch_ms / 1000);
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    return tm;
+}
+std::string two_digits(int n) {
+    return (n < 10 ? "0" : "") + std::to_string(n);
+}
+}  // namespace
+
+std::string format_clock_time(std::int64_t epoch_ms, std::int64_t now_ms) {
+    const std::tm at = local_tm(epoch_ms);
+    const std::tm now = local_tm(now_ms);
+    std::string hm = two_digits(at.tm_hour) + ":" + two_digits(at.tm_min);
+    if (at.tm_year == now.tm_year && at.tm_yday == now.tm_yday) return hm;
+    return std::to_string(at.tm_year + 1900) + "-" + two_digits(at.tm_mon + 1) + "-" +
+           two_digits(at.tm_mday) + " " + hm;
+}
+
+std::string park_line(limit_kind limit, std::int64_t until_ms, std::int64_t left_ms,
+                      std::int64_t now_ms) {
+    return "Usage limit (" + std::string(to_string(limit)) + "): resumes at " +
+           format_clock_time(until_ms, now_ms) + " (in " + format_wait(left_ms) +
+           ") \u00b7 enter: retry now \u00b7 esc: cancel";
+}
+
+std::string park_print_line(limit_kind limit, std::int64_t until_ms, std::int64_t left_ms,
+                            std::int64_t now_ms, const std::string& error) {
+    return "Usage limit (" + std::string(to_string(limit)) + "): resumes at " +
+           format_clock_time(until_ms, now_ms) + " (in " + format_wait(left_ms) + ") \u2014 " +
+           error;
 }
 
 }  // namespace coagent

@@ -81,6 +81,30 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
         end_chain();
         return d;
     }
+    if (s.max_delay_ms > 0 && s.long_wait != long_wait_policy::fail) {
+        // retry.longWait (§11.24): a server-asked wait above retry.maxDelayMs, honoured or not
+        // (a quota's reset is one), or a billing limit, which no wait heals
+        const bool billing = c.limit == limit_kind::billing;
+        if (billing || (c.retry_after_ms && *c.retry_after_ms > s.max_delay_ms)) {
+            d.long_wait = true;
+            d.usage_limit = c.kind == error_kind::usage_limit;
+            d.retry_hint_ms = c.retry_after_ms;
+            d.park_ms = billing ? 0 : *c.retry_after_ms;
+            d.start = auto_retry_start_event{attempt_,         s.max_retries, d.park_ms,
+                                             error_text(last), c.limit,       discarded_of(last)};
+            d.end = auto_retry_end_event{
+                false, attempt_ - 1,
+                error_text(last) + (billing
+                                        ? std::string(" (a billing limit: waiting will not help)")
+                                        : " (server asked to wait " +
+                                              std::to_string(displayed_seconds(*c.retry_after_ms)) +
+                                              "s, above retry.maxDelayMs)")};
+            d.ending = chain_end::failed;
+            d.revive_attempt_ = attempt_;
+            end_chain();
+            return d;
+        }
+    }
     const bool jitter = s.jitter != retry_jitter::none;
     const retry_wait w = compute_retry_wait(s, attempt_, c.retry_after_ms, jitter ? draw() : 0.0);
     d.usage_limit = c.kind == error_kind::usage_limit;
@@ -101,6 +125,17 @@ agent_end_decision retry_machine::on_agent_end(const message* last, const classi
     }
     d.will_retry = true;
     return d;
+}
+
+bool retry_machine::park(agent_end_decision& d) noexcept {
+    if (!d.long_wait || d.park_ms <= 0 || d.revive_attempt_ <= 0 || !d.end) return false;
+    attempt_ = d.revive_attempt_;
+    chain_active_ = true;
+    d.revive_attempt_ = 0;
+    d.end.reset();
+    d.ending = chain_end::none;
+    d.will_retry = true;
+    return true;
 }
 
 void retry_machine::refuse_by_budget(agent_end_decision& d, std::string_view provider) {

@@ -66,6 +66,7 @@ std::string_view event_type(const event& e) noexcept {
             [](const retry_fallback_succeeded_event&) -> std::string_view {
                 return "retry_fallback_succeeded";
             },
+            [](const retry_parked_event&) -> std::string_view { return "retry_parked"; },
             [](const agent_settled_event&) -> std::string_view { return "agent_settled"; },
             [](const images_omitted_event&) -> std::string_view { return "images_omitted"; },
         },
@@ -181,6 +182,11 @@ void append_json(std::string& out, const event& e) {
                    [&](const retry_fallback_succeeded_event& x) {
                        field(out, "model", x.model);
                        field(out, "role", x.role);
+                   },
+                   [&](const retry_parked_event& x) {
+                       field_int(out, "until", x.until);
+                       field(out, "limit", to_string(x.limit));
+                       field(out, "errorMessage", x.error_message);
                    },
                    [](const agent_settled_event&) {},
                    [&](const images_omitted_event& x) {

@@ -81,6 +81,7 @@ agent_session::agent_session(session_options o)
       logger_(o.logger ? std::move(o.logger) : default_logger()),
       backoff_(executor_, clock_) {
     if (!provider_) throw std::invalid_argument("agent_session: no provider");
+    if (o.random) policy_.set_random(std::move(o.random));
     if (o.auth || o.models || o.now_ms || !o.system_prompt.empty() || o.limits || o.telemetry) {
         auto& r = rare();
         if (o.telemetry) {
@@ -561,6 +562,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(message user, streaming
 void agent_session::operator()(event e) {
     if (const auto* end = std::get_if<auto_retry_end_event>(&e)) record_retry_end(*end);
     if (const auto* r = std::get_if<auto_retry_start_event>(&e)) tel_retry(*r);
+    if (const auto* p = std::get_if<retry_parked_event>(&e)) record_park(*p);
     emit(std::move(e));
 }
 
@@ -573,6 +575,71 @@ void agent_session::record_retry_end(const auto_retry_end_event& end) {
     if (end.final_error) fields["finalError"] = *end.final_error;
     if (auto ec = history_.append_entry("retry_end", std::move(fields)))
         logger_->error("session file: cannot write the retry_end entry: {}", ec.message());
+}
+
+void agent_session::drop_failed_reply(run_state& st) {
+    // retry.resumePartial: the next run may continue the failed reply
+    if (!st.summary && !messages_.empty() &&
+        partial_to_continue(*messages_.back(), provider_->model().api, config_.retry,
+                            prefill_rejected(provider_->model())))
+        st.continue_from = messages_.back();
+    drop_trailing_failed_assistant();
+    st.continue_at = messages_.size();
+}
+
+park_context agent_session::park_ctx() const {
+    return park_context{limits().get(), history_.session_id(), now_ms()};
+}
+
+void agent_session::record_park(const retry_parked_event& p) {
+    // the park, before its event is published (docs/sessions.md "retry_park"): a session resumed
+    // from the file re-enters it until a retry_park_end closes it
+    json::object fields;
+    fields["until"] = p.until;
+    fields["attempt"] = policy_.machine().attempt();
+    fields["limit"] = to_string(p.limit);
+    fields["errorMessage"] = p.error_message;
+    fields["provider"] = provider_->model().provider;
+    if (auto ec = history_.append_entry("retry_park", std::move(fields)))
+        logger_->error("session file: cannot write the retry_park entry: {}", ec.message());
+}
+
+void agent_session::record_park_end(run_action::park_end how) {
+    json::object fields;
+    fields["outcome"] = how == run_action::park_end::resumed ? "resumed" : "cancelled";
+    if (auto ec = history_.append_entry("retry_park_end", std::move(fields)))
+        logger_->error("session file: cannot write the retry_park_end entry: {}", ec.message());
+}
+
+std::optional<std::int64_t> agent_session::parked_until() const noexcept {
+    return policy_.parked_until();
+}
+
+std::optional<open_park> agent_session::open_park_in_history() const {
+    return find_open_park(history_.entries());
+}
+
+asio::awaitable<prompt_result> agent_session::resume_park() {
+    const auto park = find_open_park(history_.entries());
+    if (busy_ || compacting_ || !park) {
+        prompt_result r;
+        r.outcome = prompt_result::status::refused;
+        r.error = busy_ || compacting_ ? "The session is busy" : "The session has no open park";
+        co_return r;
+    }
+    busy_ = true;
+    running_id_ = next_prompt_id_++;
+    abort_.reset();
+    run_state st;
+    st.id = running_id_;
+    tel_prompt_start();
+    drop_trailing_failed_assistant();  // it left the context when the park began (§3.9)
+    st.continue_at = messages_.size();
+    const run_action first =
+        policy_.begin_parked(park->attempt, park->until, park->limit, park->error_message,
+                             park->provider, now_ms(), sink());
+    co_await perform(first, st);
+    co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
 
 asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
@@ -603,15 +670,7 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 tel_decided(a);
                 break;
             case run_action::kind::wait: {
-                if (a.drop_failed_reply) {
-                    // retry.resumePartial: the next run may continue the failed reply
-                    if (!st.summary && !messages_.empty() &&
-                        partial_to_continue(*messages_.back(), provider_->model().api,
-                                            config_.retry, prefill_rejected(provider_->model())))
-                        st.continue_from = messages_.back();
-                    drop_trailing_failed_assistant();
-                    st.continue_at = messages_.size();
-                }
+                if (a.drop_failed_reply) drop_failed_reply(st);
                 const std::int64_t wait_from = tel_now();
                 if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
                 // awaited directly as a deferred operation: no wrapper frame, not even
@@ -627,6 +686,19 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 if (rare_ && rare_->tel)
                     rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
                 a = policy_.on_wait_done(elapsed, has_queued(), sink());
+                tel_decided(a);
+                break;
+            }
+            case run_action::kind::park: {
+                // retry.longWait "park": the same cancellable wait as a backoff, to the wake
+                if (a.drop_failed_reply) drop_failed_reply(st);
+                const bool elapsed =
+                    a.delay_ms <= 0
+                        ? co_await post_continue()
+                        : !std::get<0>(co_await backoff_.async_wait(
+                              delay_to_duration(a.delay_ms), asio::as_tuple(asio::deferred)));
+                a = policy_.on_park_done(elapsed, has_queued(), park_ctx(), sink());
+                if (a.ended_park != run_action::park_end::none) record_park_end(a.ended_park);
                 tel_decided(a);
                 break;
             }
@@ -682,6 +754,7 @@ run_action agent_session::end_run(run_outcome& out) {
     in.has_queued = has_queued();
     in.can_fall_back = catalog_ptr() != nullptr;
     in.budget = budget_store();
+    in.park = park_ctx();
     return policy_.on_run_end(std::move(in), config_, sink());
 }
 

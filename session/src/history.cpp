@@ -549,7 +549,8 @@ session_history::loaded session_history::load(const fs::path& file,
             }
         } else if (e.type != "compaction" && e.type != "model_change" &&
                    e.type != "thinking_level_change" && e.type != "session_info" &&
-                   e.type != "retry_end" && e.type != "custom" && e.type != "label") {
+                   e.type != "retry_end" && e.type != "retry_park" && e.type != "retry_park_end" &&
+                   e.type != "custom" && e.type != "label") {
             out.warnings.push_back(where + ": unknown entry type \"" + e.type + "\" kept");
         }
         e.raw = std::move(*o);
@@ -577,6 +578,34 @@ session_history::loaded session_history::load(const fs::path& file,
                                     "cannot append to session file " + file.string());
     }
     return out;
+}
+
+std::optional<open_park> find_open_park(const std::vector<history_entry>& entries) {
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+        if (it->type == "retry_park_end") return std::nullopt;
+        if (it->type != "retry_park") continue;
+        const json::object& o = it->raw;
+        const auto* until = o.if_contains("until");
+        if (!until || !until->is_number()) return std::nullopt;
+        open_park p;
+        boost::system::error_code ec;
+        p.until = until->to_number<std::int64_t>(ec);
+        if (ec) return std::nullopt;
+        if (const auto* a = o.if_contains("attempt");
+            a && a->is_int64() && a->as_int64() > 0 && a->as_int64() < 1'000'000)
+            p.attempt = static_cast<int>(a->as_int64());
+        if (const auto* l = o.if_contains("limit"); l && l->is_string())
+            for (const limit_kind k :
+                 {limit_kind::rate, limit_kind::quota, limit_kind::billing, limit_kind::capacity,
+                  limit_kind::server, limit_kind::transport})
+                if (to_string(k) == l->get_string()) p.limit = k;
+        if (const auto* e = o.if_contains("errorMessage"); e && e->is_string())
+            p.error_message = std::string(e->get_string());
+        if (const auto* pr = o.if_contains("provider"); pr && pr->is_string())
+            p.provider = std::string(pr->get_string());
+        return p;
+    }
+    return std::nullopt;
 }
 
 }  // namespace coagent

@@ -40,6 +40,19 @@ void local_limit_store::clear(std::optional<std::string_view> provider) {
     }
 }
 
+park_wake local_limit_store::park_probe_wake(std::string_view account, std::string_view session,
+                                             std::int64_t parked_at, std::int64_t now) {
+    std::lock_guard lock(mutex_);
+    return probes_.wake(account, session, parked_at, now);
+}
+
+void local_limit_store::park_probe_done(std::string_view account, std::string_view session,
+                                        park_probe_outcome outcome, std::int64_t until,
+                                        std::int64_t now) {
+    std::lock_guard lock(mutex_);
+    probes_.done(account, session, outcome, until, now);
+}
+
 const std::shared_ptr<limit_store>& process_limit_store() {
     static const std::shared_ptr<limit_store> store = std::make_shared<local_limit_store>();
     return store;

@@ -1,3 +1,5 @@
+#include <coagent/retry/backoff.hpp>
+#include <coagent/runtime/time_math.hpp>
 #include <coagent/session/run_policy.hpp>
 
 namespace coagent {
@@ -96,6 +98,17 @@ struct run_policy::pending_switch {
     std::optional<std::string> fallback_role;  // for retry_fallback_succeeded
 };
 
+// retry.longWait "park": the park in progress, and the probe its wake may send (§11.27)
+struct run_policy::park_state {
+    std::string account;  // the provider of the reply that hit the limit
+    std::int64_t until = 0;
+    std::int64_t parked_at = 0;
+    limit_kind limit = limit_kind::none;
+    std::string error;
+    bool parked = false;   // the park's wait is in progress
+    bool probing = false;  // this session's run is the account's probe
+};
+
 const std::string& run_policy::limit_provider() const noexcept {
     static const std::string none;
     return switch_ ? switch_->provider : none;
@@ -117,6 +130,11 @@ run_policy::pending_switch run_policy::take_switch() {
 }
 
 run_policy::run_policy() = default;
+
+std::optional<std::int64_t> run_policy::parked_until() const noexcept {
+    if (park_ && park_->parked && machine_.waiting()) return park_->until;
+    return std::nullopt;
+}
 run_policy::~run_policy() = default;
 
 bool is_request_too_large(const message& failed) noexcept {
@@ -189,6 +207,8 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
         images_ = in.images;
     }
     agent_end_decision d = machine_.on_agent_end(in.last.get(), in.cls, s.retry);  // §1.2
+    if (!summary_) now_ = in.park.now_ms;
+    if (park_ && park_->probing && !summary_) report_probe(in, d, s);
     // retry.budget (gRFC A6): every attempt that failed retryably takes a token, retried or not
     if (in.budget && s.budget.enabled && in.last && in.last->stop == stop_reason::error &&
         in.cls.kind == error_kind::retryable &&
@@ -205,11 +225,25 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
         a.retry_hint_ms = switch_->decision.retry_hint_ms;
         return a;
     }
+    if (d.long_wait && long_wait_falls_back(s.retry.long_wait) && in.can_fall_back &&
+        s.retry.fallback && !summary_) {
+        // §11.24 "fallback": the next model of retry.fallbackChains, whatever the limit
+        if (!switch_) switch_ = std::make_unique<pending_switch>();
+        switch_->switching = true;
+        switch_->decision = std::move(d);
+        switch_->added = std::move(in.added);
+        switch_->can_fall_back = true;
+        if (in.last) switch_->provider = in.last->provider;
+        run_action a = make(run_action::kind::switch_model);
+        a.retry_hint_ms = switch_->decision.retry_hint_ms;
+        return a;
+    }
     return after_decision(std::move(d), std::move(in.added), std::nullopt, s, out);
 }
 
 run_action run_policy::on_credential_switch(bool switched, const settings& s, event_sink& out) {
-    if (!switched && switch_->decision.start && switch_->can_fall_back && s.retry.fallback) {
+    if (!switched && switch_->decision.start && switch_->can_fall_back && s.retry.fallback &&
+        (!switch_->decision.long_wait || long_wait_falls_back(s.retry.long_wait))) {
         // §11.14: a model fallback, only while the chain goes on
         run_action a = make(run_action::kind::switch_model);
         a.retry_hint_ms = switch_->decision.retry_hint_ms;
@@ -234,6 +268,9 @@ run_action run_policy::on_model_switch(std::optional<retry_fallback_applied_even
 run_action run_policy::after_decision(agent_end_decision d, std::vector<message_ptr> added,
                                       std::optional<retry_fallback_applied_event> applied,
                                       const settings& s, event_sink& out) {
+    // §11.25: a long wait that no switch resolved parks (retry.longWait "park")
+    const bool parked =
+        d.long_wait && long_wait_parks(s.retry.long_wait) && !summary_ && machine_.park(d);
     if (!d.will_retry) forget_fallback();  // the chain is over: no success to report
     if (!summary_) out(agent_end_event{std::move(added), d.will_retry});
     if (d.end) {
@@ -241,6 +278,17 @@ run_action run_policy::after_decision(agent_end_decision d, std::vector<message_
         out(std::move(*d.end));
     }
     if (applied) out(std::move(*applied));  // §9.10: before auto_retry_start
+    if (parked) {
+        const std::int64_t wait = d.park_ms;
+        const limit_kind limit = d.start->limit;
+        std::string error = d.start->error_message;
+        out(std::move(*d.start));
+        machine_.begin_wait();
+        run_action a = park_until(sat_add(now_, wait), now_, wait, limit, std::move(error),
+                                  last_ ? last_->provider : std::string(), out);
+        a.drop_failed_reply = true;  // §3.9: only after the start event
+        return a;
+    }
     if (d.will_retry) {
         // §1.3: a retry that starts is checked first; no compaction for this turn
         run_action a = make(run_action::kind::wait);
@@ -256,7 +304,7 @@ run_action run_policy::after_decision(agent_end_decision d, std::vector<message_
     }
     if (d.to_compaction && !images_omitted_ && images_ > 1 && last_ &&
         is_request_too_large(*last_) && !abort_requested_) {
-        // §11.25: the older images go first, once per prompt, compaction on or off
+        // §11.30: the older images go first, once per prompt, compaction on or off
         images_omitted_ = true;
         out(images_omitted_event{images_ - 1, last_->error_message.value_or("")});
         return make(run_action::kind::omit_images);
@@ -302,6 +350,99 @@ run_action run_policy::on_wait_done(bool elapsed, bool has_queued, event_sink& o
     }
     ending_ = w.ending;
     return next_or_settle(has_queued);
+}
+
+run_action run_policy::park_until(std::int64_t until, std::int64_t now, std::int64_t wait_ms,
+                                  limit_kind limit, std::string error_message, std::string account,
+                                  event_sink& out) {
+    if (!park_) park_ = std::make_unique<park_state>();
+    park_->account = std::move(account);
+    park_->until = until;
+    park_->parked_at = now;
+    park_->limit = limit;
+    park_->error = error_message;
+    park_->parked = true;
+    park_->probing = false;
+    out(retry_parked_event{until, limit, std::move(error_message)});
+    run_action a = make(run_action::kind::park);
+    a.until_ms = until;
+    // §11.26: the wake is spread so that the sessions of one account do not wake together
+    const std::int64_t wake = sat_add(until, park_spread_ms(wait_ms, machine_.random01()));
+    a.delay_ms = wake > now ? wake - now : 0;
+    return a;
+}
+
+void run_policy::report_probe(const run_end& in, const agent_end_decision& d, const settings& s) {
+    park_probe_outcome outcome = park_probe_outcome::released;
+    std::int64_t until = 0;
+    if (in.last && in.last->stop != stop_reason::error && in.last->stop != stop_reason::aborted) {
+        outcome = park_probe_outcome::succeeded;
+    } else if (d.long_wait && d.park_ms > 0 && long_wait_parks(s.retry.long_wait)) {
+        outcome = park_probe_outcome::limited;
+        until = sat_add(in.park.now_ms, d.park_ms);
+    }
+    if (in.park.limits)
+        in.park.limits->park_probe_done(park_->account, in.park.session, outcome, until,
+                                        in.park.now_ms);
+    park_.reset();
+}
+
+run_action run_policy::on_park_done(bool elapsed, bool has_queued, const park_context& ctx,
+                                    event_sink& out) {
+    const bool now_asked = machine_.retry_now_requested();
+    if (elapsed && !now_asked && !machine_.cancel_requested() && park_ && ctx.limits) {
+        const park_wake w =
+            ctx.limits->park_probe_wake(park_->account, ctx.session, park_->parked_at, ctx.now_ms);
+        switch (w.what) {
+            case park_wake::kind::wait: {  // another session's probe is in flight
+                run_action a = make(run_action::kind::park);
+                a.poll = true;
+                a.until_ms = park_->until;
+                a.delay_ms = park_probe_poll_ms;
+                return a;
+            }
+            case park_wake::kind::repark:  // it met the limit again: parked until the new reset
+                if (w.until > ctx.now_ms)
+                    return park_until(w.until, ctx.now_ms, w.until - ctx.now_ms, park_->limit,
+                                      park_->error, park_->account, out);
+                break;
+            case park_wake::kind::probe:
+                park_->probing = true;
+                break;
+            case park_wake::kind::go:
+                break;
+        }
+    }
+    const wait_outcome w = machine_.on_wait_done(elapsed);
+    if (w.resume) {
+        if (park_ && !park_->probing) park_.reset();
+        if (park_) park_->parked = false;
+        run_action a = make(run_action::kind::run);
+        a.ended_park = run_action::park_end::resumed;
+        return a;
+    }
+    if (park_ && park_->probing && ctx.limits)
+        ctx.limits->park_probe_done(park_->account, ctx.session, park_probe_outcome::released, 0,
+                                    ctx.now_ms);
+    park_.reset();
+    out(std::move(*w.end));  // §5.2
+    forget_fallback();
+    ending_ = w.ending;
+    run_action a = next_or_settle(has_queued);
+    a.ended_park = run_action::park_end::cancelled;
+    return a;
+}
+
+run_action run_policy::begin_parked(int attempt, std::int64_t until, limit_kind limit,
+                                    std::string error_message, std::string account,
+                                    std::int64_t now, event_sink& out) {
+    ran_ = false;
+    start_prompt();
+    now_ = now;
+    machine_.resume_park(attempt);
+    machine_.begin_wait();
+    return park_until(until, now, until > now ? until - now : 0, limit, std::move(error_message),
+                      std::move(account), out);
 }
 
 run_action run_policy::on_compaction_done(bool ok, bool has_queued) noexcept {

@@ -156,6 +156,7 @@ constexpr schema_entry chains(std::string_view key) {
 
 constexpr std::string_view jitter_names[] = {"none", "full", "equal"};
 constexpr std::string_view revert_names[] = {"cooldown-expiry", "never"};
+constexpr std::string_view long_wait_names[] = {"fail", "fallback", "park", "fallback,park"};
 constexpr std::string_view limit_store_names[] = {"local", "redis"};
 
 // limits.*: one shared, immutable limits_settings per settings value (copied on write)
@@ -227,6 +228,7 @@ constexpr schema_entry schema[] = {
     chains("retry.fallbackChains"),
     choice<&settings::retry, &retry_settings::fallback_revert>("retry.fallbackRevertPolicy", 0, revert_names),
     boolean<&settings::retry, &retry_settings::resume_partial>("retry.resumePartial", false),
+    choice<&settings::retry, &retry_settings::long_wait>("retry.longWait", 0, long_wait_names),
     boolean<&settings::compaction, &compaction_settings::enabled>("compaction.enabled", true),
     integer<&settings::compaction, &compaction_settings::reserve_tokens>(
         "compaction.reserveTokens", 16384, 0),

@@ -2125,7 +2125,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "issue 24 §11.25: Anthropic's 413 request_too_large with images over loopback: the older "
+    "issue 24 §11.30: Anthropic's 413 request_too_large with images over loopback: the older "
     "images omitted, one more request, compaction off",
     "[http][loopback][session][content]") {
     settings s = fast_settings();

@@ -165,6 +165,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"retry.fallbackChains", "object", json::object()},
         {"retry.fallbackRevertPolicy", "string", "cooldown-expiry"},
         {"retry.resumePartial", "boolean", false},
+        {"retry.longWait", "string", "fail"},
         {"compaction.enabled", "boolean", true},
         {"compaction.reserveTokens", "integer", 16384},
         {"compaction.keepRecentTokens", "integer", 20000},
@@ -201,7 +202,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+            R"({"enabled":true,"maxRetries":3,"baseDelayMs":2000,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"longWait":"fail","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
 
     CHECK(store.get("limits") ==
           json::parse(
@@ -211,7 +212,8 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
     CHECK_FALSE(store.get("retry.nope").has_value());
     CHECK_FALSE(coagent::setting_value(plain, "retry").has_value());
     CHECK(schema[1].expected == "a non-negative integer");
-    CHECK(schema[13].expected == "a positive integer");
+    CHECK(schema[14].expected == "a positive integer");
+    CHECK(schema[10].expected == R"(one of "fail", "fallback", "park" or "fallback,park")");
     CHECK(schema[5].expected == R"(one of "none", "full" or "equal")");
 }
 
@@ -268,7 +270,7 @@ TEST_CASE("layering: defaults < global < project < runtime override", "[settings
     CHECK(
         store.get("retry") ==
         json::parse(
-            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
+            R"({"enabled":false,"maxRetries":7,"baseDelayMs":100,"honorRetryAfter":false,"maxDelayMs":0,"jitter":"none","honorShouldRetry":false,"fallbackChains":{},"fallbackRevertPolicy":"cooldown-expiry","resumePartial":false,"longWait":"fail","budget":{"enabled":false,"maxTokens":10,"tokenRatio":0.1}})"));
 
     store.set_override("retry.maxRetries", 9);
     store.set_override("retry.enabled", true);
@@ -339,6 +341,12 @@ TEST_CASE("wrong values name the file, key, expected type and value found", "[se
          "a positive integer", "0"},
         {R"({"provider":{"streamIdleTimeoutMs":[]}})", "provider.streamIdleTimeoutMs",
          "a positive integer", "[]"},
+        {R"({"retry":{"longWait":"wait"}})", "retry.longWait",
+         R"(one of "fail", "fallback", "park" or "fallback,park")", R"("wait")"},
+        {R"({"retry":{"longWait":"park,fallback"}})", "retry.longWait",
+         R"(one of "fail", "fallback", "park" or "fallback,park")", R"("park,fallback")"},
+        {R"({"retry":{"longWait":true}})", "retry.longWait",
+         R"(one of "fail", "fallback", "park" or "fallback,park")", "true"},
         {R"({"retry":5})", "retry", "an object", "5"},
         {R"({"compaction":[true]})", "compaction", "an object", "[true]"},
         {R"({"provider":null})", "provider", "an object", "null"},
@@ -962,4 +970,27 @@ TEST_CASE("retry.budget and limits: validated, layered, the password never quote
     REQUIRE(d);
     CHECK(d->db == 0);
     CHECK_FALSE(d->password);
+}
+
+TEST_CASE("retry.longWait: \"fail\" by default, each name read, layered (issue 20)",
+          "[settings][long_wait]") {
+    temp_dir d;
+    CHECK(coagent::settings{}.retry.long_wait == coagent::long_wait_policy::fail);
+    const std::vector<std::pair<std::string, coagent::long_wait_policy>> names = {
+        {"fail", coagent::long_wait_policy::fail},
+        {"fallback", coagent::long_wait_policy::fallback},
+        {"park", coagent::long_wait_policy::park},
+        {"fallback,park", coagent::long_wait_policy::fallback_park},
+    };
+    for (const auto& [name, policy] : names) {
+        INFO(name);
+        write_file(d.global(), R"({"retry":{"maxDelayMs":60000,"longWait":")" + name + "\"}}");
+        auto store = settings_store::load(d.global(), d.project());
+        CHECK(store.warnings().empty());
+        CHECK(store.current().retry.long_wait == policy);
+        CHECK(coagent::setting_value(store.current(), "retry.longWait") == json::value(name));
+    }
+    write_file(d.project(), R"({"retry":{"longWait":"fail"}})");
+    CHECK(settings_store::load(d.global(), d.project()).current().retry.long_wait ==
+          coagent::long_wait_policy::fail);  // the project file over the global one
 }

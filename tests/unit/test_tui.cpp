@@ -2110,4 +2110,88 @@ TEST_CASE("tui: thinking is its own item, dimmed and folded to one line (issue 2
     r.collect(streaming, true, 40, commit, live);
     CHECK(commit.empty());
     CHECK(live == std::vector<screen_row>{{"\u273b Thinking: a b c d", row_style::notice}});
+
+TEST_CASE(
+    "tui: a park shows its line with a live countdown, Enter retries now, Esc cancels "
+    "(issue 20)",
+    "[tui][park]") {
+    REQUIRE(utf8_locale);
+    ::setenv("TZ", "UTC", 1);
+    ::tzset();
+    const std::int64_t wall0 = 1'796'140'620'000;                   // 2026-12-01 15:57 UTC
+    const std::int64_t until = wall0 + 2 * 3'600'000 + 3 * 60'000;  // 18:00
+    driver d;
+    d.c.set_wall_clock([&] {
+        return wall0 + std::chrono::duration_cast<std::chrono::milliseconds>(d.now - t0).count();
+    });
+    d.start_prompt("hello");
+    d.failed_attempt("429 usage limit", true);
+    auto_retry_start_event s;
+    s.attempt = 1;
+    s.max_attempts = 3;
+    s.delay_ms = until - wall0;
+    s.error_message = "429 usage limit";
+    s.limit = limit_kind::quota;
+    d.ev(s);
+    d.ev(retry_parked_event{until, limit_kind::quota, "429 usage limit"});
+    CHECK(d.c.loader_text() ==
+          "Usage limit (quota): resumes at 18:00 (in 2h 3m) \u00b7 enter: retry now \u00b7 esc: "
+          "cancel");
+    CHECK(d.c.escape_action() == esc_action::abort_retry);
+    CHECK(d.c.on_enter("").type == tui_command::kind::retry_now);
+    // live: the countdown wakes when its text changes (a minute later it says 2h 2m)
+    REQUIRE(d.c.next_wakeup());
+    CHECK(*d.c.next_wakeup() == t0 + 60'000ms);
+    d.advance(60'000ms);
+    CHECK(d.c.loader_text() ==
+          "Usage limit (quota): resumes at 18:00 (in 2h 2m) \u00b7 enter: retry now \u00b7 esc: "
+          "cancel");
+    SECTION("Esc cancels: the failure line, the line goes") {
+        CHECK(d.c.on_escape().type == tui_command::kind::abort_retry);
+        d.retry_end(false, 1, "Retry cancelled");
+        CHECK(d.lines(kind::error) ==
+              std::vector<std::string>{"Retry failed after 1 attempts: Retry cancelled"});
+        CHECK(d.c.loader_text().find("Usage limit") == std::string::npos);
+    }
+    SECTION("the park ends: the retried attempt's loader") {
+        d.ev(agent_start_event{});
+        CHECK(d.c.loader_text().find("Usage limit") == std::string::npos);
+    }
+    SECTION("another day: the date is shown") {
+        driver e;
+        e.c.set_wall_clock([&] { return wall0; });
+        e.start_prompt("x");
+        e.ev(retry_parked_event{wall0 + 3 * 86'400'000, limit_kind::rate, "429"});
+        CHECK(e.c.loader_text() ==
+              "Usage limit (rate): resumes at 2026-12-04 15:57 (in 3d 0h) \u00b7 enter: retry now "
+              "\u00b7 esc: cancel");
+    }
+}
+
+TEST_CASE(
+    "tui: a park re-entered from the session file shows its line without a retry start "
+    "(issue 20)",
+    "[tui][park]") {
+    ::setenv("TZ", "UTC", 1);
+    ::tzset();
+    const std::int64_t wall0 = 1'796'140'620'000;
+    driver d;
+    d.c.set_wall_clock([&] { return wall0; });
+    d.ev(retry_parked_event{wall0 + 90'000, limit_kind::quota, "429 usage limit"});
+    CHECK(d.c.loader_text() ==
+          "Usage limit (quota): resumes at 15:58 (in 1m 30s) \u00b7 enter: retry now \u00b7 esc: "
+          "cancel");
+    CHECK(d.c.escape_action() == esc_action::abort_retry);
+    CHECK(d.c.on_enter("").type == tui_command::kind::retry_now);
+    d.ev(agent_start_event{});
+    CHECK(d.c.escape_action() ==
+          esc_action::abort);  // the kept handler is back, the turn can be aborted
+}
+
+TEST_CASE("print mode: one line when a prompt parks (issue 20)", "[park][wait]") {
+    ::setenv("TZ", "UTC", 1);
+    ::tzset();
+    const std::int64_t wall0 = 1'796'140'620'000;
+    CHECK(park_print_line(limit_kind::quota, wall0 + 7'380'000, 7'380'000, wall0, "429 x") ==
+          "Usage limit (quota): resumes at 18:00 (in 2h 3m) \u2014 429 x");
 }

@@ -158,6 +158,8 @@ class tui_controller {
     bool picking() const noexcept { return pick_.has_value(); }
     /// /new and /resume: the transcript starts again (the shell redraws the screen).
     void reset_transcript();
+    /// The wall clock (epoch ms) the park line counts to its `until` with (tests fix it).
+    void set_wall_clock(std::function<std::int64_t()> f) { wall_ms_ = std::move(f); }
     /// The shell tells the current retry.enabled (the toggle flips it) …
     void set_auto_retry_state(bool enabled) { auto_retry_ = enabled; }
     /// … and how setting it went: `saved_to` is the settings file, `error` why saving failed.
@@ -229,6 +231,7 @@ class tui_controller {
     void end_stream();
     void flush_pending_error();
     std::int64_t wait_left_ms() const;
+    std::int64_t wall_now_ms() const;
 
     esc_action esc_ = esc_action::none;
     std::optional<esc_action> saved_esc_;
@@ -239,6 +242,9 @@ class tui_controller {
     time_point wait_start_{};
     std::int64_t wait_ms_ = 0;
     std::string retry_error_;
+    // retry.longWait "park": the park's end (epoch ms) while the retry loader shows a park
+    std::optional<std::int64_t> parked_until_;
+    std::function<std::int64_t()> wall_ms_;  // empty: the system clock
     // compaction loader
     bool overflow_ = false;
 

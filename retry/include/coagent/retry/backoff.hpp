@@ -64,6 +64,17 @@ constexpr retry_wait compute_retry_wait(const retry_settings& s, int attempt,
     return w;
 }
 
+/// retry.longWait "park" (docs/retry-policy.md §11.26): how long after the park's `until` the
+/// session wakes, so that the sessions of one account do not all wake together: `uniform01` in
+/// [0, 1) of min(10 % of the park's wait, 60 s), rounded down to whole ms.
+constexpr std::int64_t park_spread_ms(std::int64_t wait_ms, double uniform01) noexcept {
+    if (wait_ms <= 0) return 0;
+    std::int64_t span = wait_ms / 10;
+    if (span > 60'000) span = 60'000;
+    const double u = uniform01 < 0 ? 0 : (uniform01 >= 1 ? 0.9999999999999999 : uniform01);
+    return static_cast<std::int64_t>(static_cast<double>(span) * u);
+}
+
 /// A ms delay as nanoseconds for a timer, saturated so it never overflows a time point.
 constexpr std::chrono::nanoseconds delay_to_duration(std::int64_t ms) noexcept {
     // ~100 years is "forever" for a backoff and leaves headroom for now() + d.

@@ -52,6 +52,14 @@ struct agent_end_decision {
     std::optional<std::int64_t> retry_hint_ms;
     /// The message goes to the compaction path (context overflow, no retry started).
     bool to_compaction = false;
+    /// retry.longWait engaged (docs/retry-policy.md §11.24): retry.maxDelayMs > 0, retry.longWait
+    /// is not "fail", and the wait is above retry.maxDelayMs (a server-asked wait, honoured or
+    /// not) or infinite (a billing limit). `end` holds the failure it ends with unless a model
+    /// fallback (usage_switch_succeeded) or a park (park()) takes the chain on; `start` the
+    /// auto_retry_start a park emits (delayMs: the park's wait).
+    bool long_wait = false;
+    /// The park's wait (the server-asked wait); 0: the wait cannot be parked (billing).
+    std::int64_t park_ms = 0;
 
   private:
     friend class retry_machine;
@@ -103,6 +111,24 @@ class retry_machine {
     /// that a too-long server hint was about to end goes on.
     void usage_switch_succeeded(agent_end_decision& d) noexcept;
 
+    /// retry.longWait "park": the long wait of `d` (d.long_wait, d.park_ms > 0) parks instead of
+    /// ending the chain: the chain goes on with the same attempt, `d.start` is emitted with the
+    /// park's wait and the wait begins (begin_wait) like a backoff's. No effect otherwise.
+    /// Returns true when it parked.
+    bool park(agent_end_decision& d) noexcept;
+
+    /// A session resumed from its file with an open park (docs/sessions.md "retry_park"): the
+    /// chain is active at `attempt`, waiting.
+    void resume_park(int attempt) noexcept {
+        attempt_ = attempt;
+        chain_active_ = true;
+        waiting_ = false;
+        cancel_requested_ = false;
+        retry_now_ = false;
+    }
+    /// The uniform draw in [0, 1) (retry.jitter, the park's wake spread).
+    double random01() { return draw(); }
+
     /// The random draw for retry.jitter: uniform in [0, 1). Default: a PRNG seeded once from
     /// std::random_device on first use (so processes do not jitter in step).
     void set_random(std::function<double()> uniform01) {
@@ -128,6 +154,8 @@ class retry_machine {
         retry_now_ = true;
         return true;
     }
+    /// retry_now() ended the wait in progress (read before on_wait_done()).
+    bool retry_now_requested() const noexcept { return retry_now_; }
     /// abort(): cancels the retry first (same as abort_retry) and marks the run aborted so no
     /// new retry starts from it. Returns true when a wait must be cancelled.
     bool abort() noexcept;

@@ -74,7 +74,7 @@ struct auto_retry_start_event {
 /// A request too large for the provider (413 / request_too_large) while the context held
 /// images: all but the newest were replaced by a placeholder in the context requests are built
 /// from (the session file keeps them), and the turn is tried once more (docs/retry-policy.md
-/// §11.25).
+/// §11.30).
 struct images_omitted_event {
     std::int64_t omitted = 0;   ///< images replaced by the placeholder
     std::string error_message;  ///< the failed reply's error
@@ -113,6 +113,13 @@ struct retry_fallback_succeeded_event {
     std::string model;
     std::string role;
 };
+/// A wait above retry.maxDelayMs parked the prompt (retry.longWait "park", docs/retry-policy.md
+/// §11.25): it resumes by itself at `until` (epoch ms), after auto_retry_start.
+struct retry_parked_event {
+    std::int64_t until = 0;
+    limit_kind limit = limit_kind::none;
+    std::string error_message;
+};
 struct agent_settled_event {};
 
 using event =
@@ -120,8 +127,8 @@ using event =
                  message_end_event, tool_execution_start_event, tool_execution_end_event,
                  turn_end_event, agent_end_event, auto_retry_start_event, auto_retry_end_event,
                  compaction_start_event, compaction_end_event, extension_error_event,
-                 retry_fallback_applied_event, retry_fallback_succeeded_event, agent_settled_event,
-                 images_omitted_event>;
+                 retry_fallback_applied_event, retry_fallback_succeeded_event, retry_parked_event,
+                 agent_settled_event, images_omitted_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

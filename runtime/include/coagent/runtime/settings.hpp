@@ -16,6 +16,19 @@ namespace coagent {
 /// retry.jitter: how a computed backoff is randomised (none keeps the spec's exact delays).
 enum class retry_jitter { none, full, equal };
 
+/// retry.longWait: what a wait above retry.maxDelayMs does (docs/retry-policy.md §11.24): `fail`
+/// ends the chain (the default: today's behaviour), `fallback` moves to the next model of
+/// retry.fallbackChains (else fails), `park` parks the prompt until the limit's reset,
+/// `fallback_park` falls back first and parks when no model is left.
+enum class long_wait_policy { fail, fallback, park, fallback_park };
+
+constexpr bool long_wait_falls_back(long_wait_policy p) noexcept {
+    return p == long_wait_policy::fallback || p == long_wait_policy::fallback_park;
+}
+constexpr bool long_wait_parks(long_wait_policy p) noexcept {
+    return p == long_wait_policy::park || p == long_wait_policy::fallback_park;
+}
+
 /// retry.fallbackRevertPolicy: when a model put aside by a usage limit comes back.
 enum class fallback_revert_policy { cooldown_expiry, never };
 
@@ -39,6 +52,8 @@ struct retry_settings {
     retry_jitter jitter = retry_jitter::none;  // retry.jitter: none | full | equal
     // retry.fallbackRevertPolicy
     fallback_revert_policy fallback_revert = fallback_revert_policy::cooldown_expiry;
+    // retry.longWait: engages only with retry.maxDelayMs > 0
+    long_wait_policy long_wait = long_wait_policy::fail;
     // Model fallback on the usage-limit path (docs/settings.md; empty = off). Shared and immutable
     // so a settings copy per session stays small.
     std::shared_ptr<const fallback_chains> fallback;  // retry.fallbackChains

@@ -70,6 +70,9 @@ struct session_options {
     std::shared_ptr<limit_store> limits;
     /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
     std::shared_ptr<coagent::telemetry> telemetry;
+    /// optional, for tests: the uniform draw in [0, 1) of retry.jitter and of a park's wake
+    /// spread (default: a PRNG seeded from std::random_device)
+    std::function<double()> random;
 };
 
 /// The result of a manual compaction.
@@ -196,6 +199,19 @@ class agent_session : private event_sink {
     bool join_backoff(std::string text);
     /// join_backoff() of `text` followed by `images`.
     bool join_backoff(std::string text, std::vector<image_block> images);
+    /// retry.longWait "park": the park in progress ends at this time (epoch ms); nullopt when
+    /// not parked (RPC get_state's parkedUntil).
+    std::optional<std::int64_t> parked_until() const noexcept;
+    /// The park a resumed session file left open (a retry_park entry with no retry_park_end
+    /// after it), if any.
+    std::optional<open_park> open_park_in_history() const;
+    /// Re-enters the open park of a resumed session (docs/retry-policy.md §11.28): the busy
+    /// period begins parked (retry_parked again), wakes at the park's `until` (plus the spread)
+    /// and continues the turn as a prompt does (agent_start … agent_settled); completes with its
+    /// result, on the session's executor. Completes at once with status refused when the
+    /// session is busy or has no open park. Cancelled like a backoff (abort_retry(), abort());
+    /// retry_now() and a joining prompt end the park at once. The session must outlive it.
+    boost::asio::awaitable<prompt_result> resume_park();
     /// join_backoff() would succeed now.
     bool can_join_backoff() const noexcept { return policy_.backoff_running(); }
 
@@ -299,6 +315,9 @@ class agent_session : private event_sink {
     void operator()(event e) override;
     event_sink& sink() noexcept { return *this; }
     void record_retry_end(const auto_retry_end_event& end);  // the session file's retry_end
+    void record_park(const retry_parked_event& p);           // retry_park
+    void record_park_end(run_action::park_end how);          // retry_park_end
+    park_context park_ctx() const;
     // what the one loop (perform) carries between the policy's actions
     struct run_state;    // session/src/session_parts.hpp
     struct run_outcome;  // session/src/session_parts.hpp
@@ -312,6 +331,7 @@ class agent_session : private event_sink {
     boost::asio::awaitable<run_action> stream_summary(summary_state& st);
     // plain parts of the loop (their locals stay out of the coroutine frames)
     run_action end_run(run_outcome& out);
+    void drop_failed_reply(run_state& st);  // a wait or park begins: §3.9
     run_action next_queued(run_state& st, bool prompt_over_aborted);
     void settle(bool has_result);
     boost::asio::awaitable<prompt_result> run_prompt(message user, streaming_behavior b,

@@ -3,6 +3,7 @@
 // as JSONL (header line, then one entry per line with id/parentId) when a file is used.
 // An entry is written and flushed before its event is published.
 
+#include <coagent/runtime/limit.hpp>
 #include <coagent/runtime/message.hpp>
 
 #include <cstddef>
@@ -131,6 +132,18 @@ struct session_history::loaded {
     session_history history;
     std::vector<std::string> warnings;
 };
+
+/// A park (retry.longWait "park") the session file left open: its last `retry_park` entry with
+/// no `retry_park_end` after it (docs/sessions.md).
+struct open_park {
+    std::int64_t until = 0;  ///< epoch ms
+    int attempt = 1;
+    limit_kind limit = limit_kind::none;
+    std::string error_message;
+    std::string provider;  ///< the account whose limit it waits for
+};
+/// The open park of `entries`, if any; an entry with a malformed `until` opens none.
+std::optional<open_park> find_open_park(const std::vector<history_entry>& entries);
 
 /// The process holding a flock on the file (`dev`, `ino`), read from the text of /proc/locks
 /// ("<n>: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF", major and minor in

@@ -12,6 +12,7 @@
 
 #include <coagent/retry/retry_budget.hpp>
 #include <coagent/runtime/settings.hpp>
+#include <coagent/session/park_probe.hpp>
 
 #include <cstdint>
 #include <map>
@@ -48,6 +49,20 @@ class limit_store {
     virtual std::string_view kind() const noexcept = 0;
     /// The shared state is reachable (a local store always is).
     virtual bool connected() const noexcept = 0;
+
+    // ---- park probes (retry.longWait "park", park_probe.hpp) ----------------------------------
+    /// `session`'s park on `account` elapsed: probe, wait for another's probe, go, or repark.
+    /// The default shares nothing: every session probes for itself.
+    virtual park_wake park_probe_wake(std::string_view account, std::string_view session,
+                                      std::int64_t parked_at, std::int64_t now) {
+        (void)account, (void)session, (void)parked_at, (void)now;
+        return {};
+    }
+    /// `session`'s probe on `account` ended.
+    virtual void park_probe_done(std::string_view account, std::string_view session,
+                                 park_probe_outcome outcome, std::int64_t until, std::int64_t now) {
+        (void)account, (void)session, (void)outcome, (void)until, (void)now;
+    }
 };
 
 /// The state of one process, in memory (limits.store "local", the default). Thread-safe.
@@ -59,12 +74,17 @@ class local_limit_store final : public limit_store {
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "local"; }
     bool connected() const noexcept override { return true; }
+    park_wake park_probe_wake(std::string_view account, std::string_view session,
+                              std::int64_t parked_at, std::int64_t now) override;
+    void park_probe_done(std::string_view account, std::string_view session,
+                         park_probe_outcome outcome, std::int64_t until, std::int64_t now) override;
 
   private:
     retry_budget& bucket(std::string_view provider, const retry_budget_settings& s);
 
     mutable std::mutex mutex_;
     std::map<std::string, retry_budget, std::less<>> budgets_;
+    park_probe_book probes_;  // under mutex_
 };
 
 /// The store of sessions that were given none: one local store per process.

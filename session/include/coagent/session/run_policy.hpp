@@ -19,6 +19,7 @@
 //   switch_credential: on_credential_switch()   → switch_model | (as on_run_end)
 //   switch_model:      on_model_switch()        → (as on_run_end)
 //   wait:    on_wait_done()                     → run | run_queued | settle
+//   park:    on_park_done()                     → run | park | run_queued | settle
 //   compact: on_compaction_done()               → run | run_queued | settle
 //   run_queued: the next queued message (if any) runs as a new prompt → run
 //
@@ -77,10 +78,15 @@ struct run_action {
         run_queued,    ///< the prompt is over; the next queued message runs (a new logical prompt)
         settle,        ///< the busy period is over: agent_settled, prompts complete with result()
         summary_done,  ///< the summary request's reply is final (summary_cancelled() says why)
-        /// 413 with images (§11.25): drop the failed reply, replace all but the newest image of
+        /// 413 with images (§11.30): drop the failed reply, replace all but the newest image of
         /// the context with omitted_image_text, then run
         omit_images,
+        /// retry.longWait "park": wait `delay_ms` (to the wake, `until_ms` + spread), then
+        /// on_park_done(); `poll`: only waiting for another session's probe (nothing to record)
+        park,
     };
+    /// How the park that just ended ended, for the session file's retry_park_end entry.
+    enum class park_end : unsigned char { none, resumed, cancelled };
     kind what = kind::settle;
     bool drop_failed_reply = false;  ///< wait: first take the failed reply out of the context
     bool resume = false;             ///< compact: continue the turn once compacted
@@ -90,6 +96,16 @@ struct run_action {
     compaction_reason reason = compaction_reason::overflow;  ///< compact
     std::int64_t delay_ms = 0;                               ///< wait
     std::optional<std::int64_t> retry_hint_ms;               ///< switch_*: the server's hint
+    std::int64_t until_ms = 0;                               ///< park: epoch ms
+    bool poll = false;                                       ///< park: a probe wait
+    park_end ended_park = park_end::none;  ///< a park ended with this action (record it)
+};
+
+/// What the park decisions need from the session (retry.longWait "park").
+struct park_context {
+    limit_store* limits = nullptr;  ///< where the park probes are shared (null: none)
+    std::string_view session;       ///< this session's id
+    std::int64_t now_ms = 0;        ///< wall clock, epoch ms
 };
 
 /// What a run (prompt, continue or summary request) ended with.
@@ -104,6 +120,8 @@ struct run_end {
     std::int64_t images = 0;         ///< image blocks in the request the run was sent with
     /// retry.budget.enabled: the store that holds the budgets (null: no budget)
     limit_store* budget = nullptr;
+    /// retry.longWait "park": the park probes' store, this session, now
+    park_context park;
 };
 
 /// What the controls (abort_retry, abort) ask the session to do.
@@ -174,6 +192,20 @@ class run_policy {
                                const settings& s, event_sink& out);
     run_action on_wait_done(bool elapsed, bool has_queued, event_sink& out);
     run_action on_compaction_done(bool ok, bool has_queued) noexcept;
+    /// The park's wait ended (`elapsed` false: cancelled, or ended early by retry_now()). A
+    /// cancel ends the chain as a backoff's does (auto_retry_end "Retry cancelled"); retry_now()
+    /// continues at once; an elapsed park asks the store's park probes (§11.27): this session
+    /// probes (→ run), waits for another's probe (→ park{poll}), continues after its success
+    /// (→ run) or parks again until the new reset (→ park, retry_parked again).
+    run_action on_park_done(bool elapsed, bool has_queued, const park_context& ctx,
+                            event_sink& out);
+    /// A session resumed with an open park (docs/sessions.md "retry_park"): the busy period
+    /// begins parked at `attempt` until `until` (retry_parked again) → park.
+    run_action begin_parked(int attempt, std::int64_t until, limit_kind limit,
+                            std::string error_message, std::string account, std::int64_t now,
+                            event_sink& out);
+    /// The park in progress: until when (epoch ms); nullopt when not parked.
+    std::optional<std::int64_t> parked_until() const noexcept;
 
     /// abort_retry(): §5.1, §5.4, §5.5.
     control_effect abort_retry() noexcept;
@@ -221,13 +253,20 @@ class run_policy {
     run_action next_or_settle(bool has_queued) noexcept;
     pending_switch take_switch();
     void start_prompt() noexcept;
+    struct park_state;
+    run_action park_until(std::int64_t until, std::int64_t now, std::int64_t wait_ms,
+                          limit_kind limit, std::string error_message, std::string account,
+                          event_sink& out);
+    void report_probe(const run_end& in, const agent_end_decision& d, const settings& s);
 
     retry_machine machine_;
     message_ptr last_;  // the last assistant message of the prompt's latest run
     // rare: a usage limit's decision while the session switches, and the role of a model
     // fallback made in this chain (allocated then only, so a parked session stays small)
     std::unique_ptr<pending_switch> switch_;
-    chain_end ending_ = chain_end::none;   // the prompt's latest chain ending
+    std::unique_ptr<park_state> park_;    // retry.longWait "park": from the park to the chain's end
+    chain_end ending_ = chain_end::none;  // the prompt's latest chain ending
+    std::int64_t now_ = 0;                // the latest run end's wall clock (a park's start)
     bool overflow_recovered_ : 1 = false;  // §1.7: this prompt compacted after an overflow
     bool user_abort_ : 1 = false;          // abort() during this prompt (not abort_retry())
     bool ran_ : 1 = false;                 // a run happened in this busy period
@@ -238,7 +277,7 @@ class run_policy {
     bool abort_requested_ : 1 = false;
     bool over_threshold_ : 1 = false;
     bool has_queued_ : 1 = false;
-    bool images_omitted_ : 1 = false;  // §11.25: this prompt already omitted images
+    bool images_omitted_ : 1 = false;  // §11.30: this prompt already omitted images
     std::int64_t images_ = 0;          // the last run's request images
 };
 
