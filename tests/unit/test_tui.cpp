@@ -2110,6 +2110,7 @@ TEST_CASE("tui: thinking is its own item, dimmed and folded to one line (issue 2
     r.collect(streaming, true, 40, commit, live);
     CHECK(commit.empty());
     CHECK(live == std::vector<screen_row>{{"\u273b Thinking: a b c d", row_style::notice}});
+}
 
 TEST_CASE(
     "tui: a park shows its line with a live countdown, Enter retries now, Esc cancels "
