@@ -4,6 +4,7 @@
 #include <coagent/classify/classify.hpp>
 #include <coagent/modes/app.hpp>
 #include <coagent/modes/interactive_mode.hpp>
+#include <coagent/modes/limits_command.hpp>
 #include <coagent/modes/rpc_mode.hpp>
 #include <coagent/providers/file_auth_storage.hpp>
 #include <coagent/runtime/json_input.hpp>
@@ -223,6 +224,26 @@ int main(int argc, char** argv) {
                        "without one)");
     auth_cmd->add_option("provider", auth_provider, "The provider (as named in auth.json)");
 
+    auto* limits_cmd = app.add_subcommand(
+        "limits",
+        "The limit state (limits.store): blocked credentials, model cooldowns, the retry budget "
+        "per provider, active sessions per credential; --clear resets it");
+    bool limits_json = false;
+    bool limits_clear = false;
+    std::string limits_provider;
+    limits_cmd->add_flag("--json", limits_json, "Print one JSON object");
+    limits_cmd->add_flag("--clear", limits_clear,
+                         "Forget the shared state (with limits.store \"redis\") and lift "
+                         "auth.json's usage-limit blocks");
+    limits_cmd->add_option("--provider", limits_provider,
+                           "With --clear: only this provider's budget, credential blocks and "
+                           "model cooldowns");
+    limits_cmd->footer(
+        "Credentials are shown by the SHA-256 fingerprint of the key, never the key. With "
+        "limits.store \"local\" only auth.json's blocks outlive a process, so only they are "
+        "shown and cleared.\nExit codes: 0 done; 1 Redis unreachable; 2 usage or configuration "
+        "error.");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -231,7 +252,9 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // the error and where to look, not the whole help (docs/architecture.md "Executables")
-        const char* help = classify_cmd->parsed() ? "coagent classify --help" : "coagent --help";
+        const char* help = classify_cmd->parsed() ? "coagent classify --help"
+                           : limits_cmd->parsed() ? "coagent limits --help"
+                                                  : "coagent --help";
         std::cerr << "coagent: " << e.what() << "\nRun '" << help << "' for the flags.\n"
                   << std::flush;
         return 2;
@@ -242,6 +265,22 @@ int main(int argc, char** argv) {
     };
 
     if (*classify_cmd) return run_classify(classify_message, classify_status, classify_now);
+    if (*limits_cmd) {
+        if (!limits_provider.empty() && !limits_clear) {
+            std::cerr << "coagent limits: --provider needs --clear (the listing shows every "
+                         "provider)\nRun 'coagent limits --help' for the flags.\n";
+            return 2;
+        }
+        if (limits_json && limits_clear) {
+            std::cerr << "coagent limits: --json and --clear cannot be used together: --json "
+                         "prints the state, --clear resets it\nRun 'coagent limits --help' for the "
+                         "flags.\n";
+            return 2;
+        }
+        return coagent::run_limits_command(
+            limits_json, limits_clear,
+            limits_provider.empty() ? std::nullopt : std::optional<std::string>(limits_provider));
+    }
     if (*auth_cmd) {
         if (!auth_unblock) {
             std::cerr << "coagent auth: nothing to do: use --unblock [PROVIDER]\n";

@@ -76,7 +76,22 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
     }
     for (const auto& w : store_.warnings()) std::cerr << "warning: " << w.message() << "\n";
 
+    const limits_settings& ls = store_.current().limits_or_default();
+    if (ls.store == limit_store_kind::redis) {
+        std::string why;
+        redis_limit_store_options ro;
+        ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
+        ro.key_prefix = ls.key_prefix;
+        ro.logger = std::make_shared<spdlog::logger>(
+            "limits", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+        ro.logger->set_pattern("%v");  // the documented lines, as they are
+        limits_ = std::make_shared<redis_limit_store>(io_.get_executor(), std::move(ro));
+    } else {
+        limits_ = process_limit_store();
+    }
+
     catalog_ = std::make_shared<app_catalog>(dir_, store_.current().provider, nullptr);
+    if (ls.store == limit_store_kind::redis) catalog_->share_limits(limits_);
     if (opts_.provider.empty()) {
         // none named: settings, else the first provider with a credential, else faux
         model_selection_settings sel = store_.current().selection;
@@ -107,20 +122,6 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
         }
     }
     provider_ = catalog_->make(opts_.provider, opts_.model);
-
-    const limits_settings& ls = store_.current().limits_or_default();
-    if (ls.store == limit_store_kind::redis) {
-        std::string why;
-        redis_limit_store_options ro;
-        ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
-        ro.key_prefix = ls.key_prefix;
-        ro.logger = std::make_shared<spdlog::logger>(
-            "limits", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-        ro.logger->set_pattern("%v");  // the documented lines, as they are
-        limits_ = std::make_shared<redis_limit_store>(io_.get_executor(), std::move(ro));
-    } else {
-        limits_ = process_limit_store();
-    }
 }
 
 void app_context::stop_limits() {
@@ -202,6 +203,7 @@ void app_catalog::load() {
             "auth", std::make_shared<spdlog::sinks::stderr_sink_mt>());
         auth_ =
             std::make_shared<file_auth_storage>(dir_ / "auth.json", nullptr, std::move(auth_log));
+        if (shared_) auth_->share_limits(shared_);
         for (const auto& w : models->warnings()) std::cerr << "warning: " << w.message() << "\n";
         for (const auto& w : auth_->warnings()) std::cerr << "warning: " << w.message() << "\n";
         models_ = std::move(models);
@@ -455,7 +457,9 @@ std::unique_ptr<agent_session> app_context::make_session(bool resume,
     so.model_provider = provider_;
     so.models = catalog_;
     so.config = store_.current();
-    so.limits = limits_;
+    // a shared store shares the budget and the model cooldowns; the local one only the budget
+    // (process_limit_store(), the session's default), cooldowns staying per session as before
+    if (limits_ != process_limit_store()) so.limits = limits_;
     const std::string trace = opts_.trace_file ? *opts_.trace_file : so.config.telemetry.trace_file;
     if (!trace.empty()) {
         try {

@@ -124,6 +124,18 @@ credentials_of(json::object& root, const std::string& label,
     return out;
 }
 
+// The credentials of a validated auth.json as the storage keeps them (with their fingerprints).
+template <class Table, class Parsed>
+static Table to_table(Parsed parsed) {
+    Table t;
+    for (auto& [provider, list] : parsed)
+        for (auto& [key, blocked] : list) {
+            std::string fp = credential_fingerprint(key);
+            t[provider].push_back({std::move(key), std::move(fp), blocked});
+        }
+    return t;
+}
+
 file_auth_storage::file_auth_storage(fs::path file, std::function<std::int64_t()> now_ms,
                                      std::shared_ptr<spdlog::logger> logger)
     : file_(std::move(file)),
@@ -133,8 +145,7 @@ file_auth_storage::file_auth_storage(fs::path file, std::function<std::int64_t()
     const std::string stamp = stamp_of(file_);
     auto text = read_all(file_);
     json::object root = text ? parse_root(*text, file_.string()) : json::object();
-    for (auto& [provider, list] : credentials_of(root, file_.string(), &warnings_))
-        for (auto& [key, blocked] : list) creds_[provider].push_back({key, blocked});
+    creds_ = to_table<table>(credentials_of(root, file_.string(), &warnings_));
     stamp_ = stamp;
 }
 
@@ -144,10 +155,7 @@ void file_auth_storage::refresh_locked() {
     try {
         auto text = read_all(file_);
         json::object root = text ? parse_root(*text, file_.string()) : json::object();
-        table fresh;
-        for (auto& [provider, list] : credentials_of(root, file_.string()))
-            for (auto& [key, blocked] : list) fresh[provider].push_back({key, blocked});
-        creds_ = std::move(fresh);
+        creds_ = to_table<table>(credentials_of(root, file_.string()));
         stamp_ = stamp;
     } catch (const settings_error& e) {
         if (logger_) logger_->error("{} (using the credentials read before)", e.what());
@@ -156,18 +164,21 @@ void file_auth_storage::refresh_locked() {
 }
 
 std::int64_t file_auth_storage::effective_block(std::int64_t blocked_until, std::int64_t now) {
-    const std::int64_t latest = now > INT64_MAX - max_block_ms ? INT64_MAX : now + max_block_ms;
-    return std::min(blocked_until, latest);  // a block never lasts beyond 7 days from now
+    return clamp_block(blocked_until, now);  // a block never lasts beyond 7 days from now
 }
 
-std::size_t file_auth_storage::pick(const std::vector<credential>& creds, std::int64_t now) {
-    std::size_t best = 0;
-    for (std::size_t i = 0; i < creds.size(); ++i) {
-        const std::int64_t b = effective_block(creds[i].blocked_until, now);
-        if (b <= now) return i;
-        if (b < effective_block(creds[best].blocked_until, now)) best = i;
+std::vector<credential_state> file_auth_storage::states(std::string_view provider,
+                                                        const std::vector<credential>& creds,
+                                                        std::int64_t now) const {
+    std::vector<credential_state> out;
+    out.reserve(creds.size());
+    for (const auto& c : creds) {
+        std::int64_t b = c.blocked_until;
+        if (shared_) b = std::max(b, shared_->credential_blocked_until(provider, c.fingerprint));
+        out.push_back({effective_block(b, now),
+                       shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
     }
-    return best;  // all blocked: the one free soonest
+    return out;
 }
 
 std::string file_auth_storage::api_key(std::string_view provider, std::string_view session_id) {
@@ -175,14 +186,28 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
     refresh_locked();
     auto it = creds_.find(provider);
     if (it == creds_.end() || it->second.empty()) return {};
+    const auto& creds = it->second;
+    const std::int64_t now = now_ms_();
     const std::string k = std::string(provider) + '\n' + std::string(session_id);
     if (auto u = in_use_.find(k); u != in_use_.end()) {
-        for (const auto& c : it->second)
-            if (c.key == u->second) return c.key;
+        for (const auto& c : creds)
+            if (c.key == u->second) {
+                // another process blocked it (a shared store): move to a free one, if any
+                if (!shared_ || shared_->credential_blocked_until(provider, c.fingerprint) <= now)
+                    return c.key;
+                const auto st = states(provider, creds, now);
+                const std::size_t next = choose_credential(st, now);
+                if (st[next].blocked_until <= now) {
+                    u->second = creds[next].key;
+                    shared_->lease_credential(provider, creds[next].fingerprint, session_id);
+                }
+                return u->second;
+            }
         // the key left the file: choose again
     }
-    const auto& chosen = it->second[pick(it->second, now_ms_())];
+    const auto& chosen = creds[choose_credential(states(provider, creds, now), now)];
     in_use_[k] = chosen.key;
+    if (shared_) shared_->lease_credential(provider, chosen.fingerprint, session_id);  // §11.31
     return chosen.key;
 }
 
@@ -194,10 +219,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     auto u = in_use_.find(k);
     if (u == in_use_.end()) return false;  // the session used no stored credential
     const std::int64_t now = now_ms_();
-    // clamped to 7 days: a hint such as Retry-After: 99999999999 must not block for ages
-    const std::int64_t hint =
-        std::clamp<std::int64_t>(retry_after_ms.value_or(default_block_ms), 0, max_block_ms);
-    const std::int64_t until = hint > INT64_MAX - now ? INT64_MAX : now + hint;
+    const std::int64_t until = usage_block_until(retry_after_ms, now);  // clamped to 7 days
 
     config_file::lock flock_guard(file_);
     if (!flock_guard.error.empty() && logger_)
@@ -227,10 +249,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
             // mode 0600: credentials are the owner's only
             config_file::write_atomically(file_, config_file::pretty(json::value(root)),
                                           file_.string(), 0600);
-            table fresh;
-            for (auto& [p, list] : credentials_of(root, file_.string()))
-                for (auto& [key, blocked] : list) fresh[p].push_back({key, blocked});
-            creds_ = std::move(fresh);
+            creds_ = to_table<table>(credentials_of(root, file_.string()));
             stamp_ = stamp_of(file_);
         } else if (logger_) {
             logger_->warn("{}: the credential in use for {} is no longer in the file; not blocked",
@@ -246,13 +265,31 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
     }
 
     auto it = creds_.find(provider);
-    if (it == creds_.end()) return false;
-    for (const auto& c : it->second)
-        if (c.key != u->second && c.blocked_until <= now) {
-            u->second = c.key;  // the next request uses it
-            return true;
-        }
-    return false;
+    if (it == creds_.end() || it->second.empty()) return false;
+    const auto& creds = it->second;
+    if (shared_)
+        for (const auto& c : creds)
+            if (c.key == u->second) shared_->block_credential(provider, c.fingerprint, until, now);
+    // the next request uses a free credential (§11.29); with every credential blocked the
+    // session keeps its own, unless it is in a shared pool: then it takes the one free soonest
+    const auto st = states(provider, creds, now);
+    const std::size_t next = choose_credential(st, now);
+    const bool free_now = st[next].blocked_until <= now;
+    const bool switched = creds[next].key != u->second && free_now;
+    if (!free_now && !shared_) return false;
+    u->second = creds[next].key;
+    if (shared_) shared_->lease_credential(provider, creds[next].fingerprint, session_id);
+    return switched;
+}
+
+void file_auth_storage::end_session(std::string_view session_id) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(in_use_, [&](const auto& e) {
+        const auto nl = e.first.find('\n');
+        if (std::string_view(e.first).substr(nl + 1) != session_id) return false;
+        if (shared_) shared_->release_credential(e.first.substr(0, nl), session_id);
+        return true;
+    });
 }
 
 std::size_t file_auth_storage::credential_count(std::string_view provider) {
@@ -268,6 +305,18 @@ std::int64_t file_auth_storage::blocked_until(std::string_view provider, std::si
     auto it = creds_.find(provider);
     if (it == creds_.end() || index >= it->second.size()) return 0;
     return effective_block(it->second[index].blocked_until, now_ms_());
+}
+
+std::vector<credential_block> file_auth_storage::blocks() {
+    std::lock_guard lock(mutex_);
+    refresh_locked();
+    const std::int64_t now = now_ms_();
+    std::vector<credential_block> out;
+    for (const auto& [provider, creds] : creds_)
+        for (const auto& c : creds)
+            if (const std::int64_t b = effective_block(c.blocked_until, now); b > now)
+                out.push_back({provider, c.fingerprint, b});
+    return out;
 }
 
 std::vector<std::pair<std::string, std::size_t>> file_auth_storage::unblock(

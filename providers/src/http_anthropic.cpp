@@ -177,6 +177,104 @@ class anthropic_decoder final : public stream_decoder {
     std::map<std::int64_t, std::size_t> blocks_;  // API block index → content index
 };
 
+// whether block `b` of a message goes to the API: thinking only in assistant messages (an
+// unsigned one, an aborted stream's, as text, as the reference does), images only in user
+// messages, no empty text (the API rejects empty text blocks)
+bool sent(const content_block& b, bool assistant) {
+    if (const auto* t = std::get_if<text_block>(&b)) return !t->text.empty();
+    if (const auto* th = std::get_if<thinking_block>(&b))
+        return assistant && (th->redacted || !trim(th->thinking).empty());
+    if (std::holds_alternative<image_block>(b)) return !assistant;
+    return true;  // a tool call
+}
+
+// whether the message has a block the API accepts
+bool has_blocks(const message& m) {
+    const bool assistant = m.role == message_role::assistant;
+    for (const auto& b : m.content)
+        if (sent(b, assistant)) return true;
+    return false;
+}
+
+// {"type":"tool_result",…}: one block of the user message that groups consecutive results
+void tool_result_block(std::string& out, const message& m) {
+    out += "{\"type\":\"tool_result\",\"tool_use_id\":";
+    jt::append_string(out, m.tool_call_id);
+    out += ",\"content\":";
+    if (image_count(m) == 0) {
+        with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+    } else {
+        // with images: blocks (the reference's convertContentBlocks)
+        out.push_back('[');
+        bool first = true, text = false;
+        for (const auto& b : m.content) text |= std::holds_alternative<text_block>(b);
+        if (!text) {
+            out += R"x({"type":"text","text":"(see attached image)"})x";
+            first = false;
+        }
+        for (const auto& b : m.content) {
+            if (const auto* t = std::get_if<text_block>(&b)) {
+                if (!first) out.push_back(',');
+                first = false;
+                out += "{\"type\":\"text\",\"text\":";
+                jt::append_string(out, t->text);
+                out.push_back('}');
+            } else if (const auto* im = std::get_if<image_block>(&b)) {
+                if (!first) out.push_back(',');
+                first = false;
+                anthropic_image(out, *im);
+            }
+        }
+        out.push_back(']');
+    }
+    if (m.is_error) out += ",\"is_error\":true";
+    out.push_back('}');
+}
+
+// {"role":…,"content":[…]} of a user or assistant message
+void message_object(std::string& out, const message& m) {
+    const bool assistant = m.role == message_role::assistant;
+    out += assistant ? "{\"role\":\"assistant\",\"content\":[" : "{\"role\":\"user\",\"content\":[";
+    bool first_block = true;
+    for (const auto& b : m.content) {
+        if (!sent(b, assistant)) continue;
+        if (!first_block) out.push_back(',');
+        first_block = false;
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            out += "{\"type\":\"text\",\"text\":";
+            jt::append_string(out, t->text);
+            out.push_back('}');
+        } else if (const auto* im = std::get_if<image_block>(&b)) {
+            anthropic_image(out, *im);
+        } else if (const auto* th = std::get_if<thinking_block>(&b)) {
+            // the signature (or a redacted block's payload) byte for byte, as received
+            if (th->redacted) {
+                out += R"({"type":"redacted_thinking","data":)";
+                jt::append_string(out, th->signature.value_or(""));
+            } else if (th->signature && !trim(*th->signature).empty()) {
+                out += R"({"type":"thinking","thinking":)";
+                jt::append_string(out, th->thinking);
+                out += R"(,"signature":)";
+                jt::append_string(out, *th->signature);
+            } else {
+                out += R"({"type":"text","text":)";
+                jt::append_string(out, th->thinking);
+            }
+            out.push_back('}');
+        } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
+            out += "{\"type\":\"tool_use\",\"id\":";
+            jt::append_string(out, c->id);
+            out += ",\"name\":";
+            jt::append_string(out, c->name);
+            out += ",\"input\":";
+            jt::append_value(out, c->arguments);
+            out.push_back('}');
+        }
+    }
+    if (first_block) out += R"({"type":"text","text":" "})";  // a user message with no text
+    out += "]}";
+}
+
 }  // namespace
 
 std::optional<std::int64_t> thinking_budget(thinking_level level, std::int64_t max_tokens) {
@@ -237,8 +335,9 @@ std::string anthropic_body(const provider_request& req) {
         out += "]}";
         in_results = false;
     };
-    for (const auto& mp : req.messages) {
-        const message& m = *mp;
+    const int format = int(api_kind::anthropic_messages);
+    for (std::size_t i = 0; i < req.messages.size(); ++i) {
+        const message& m = *req.messages[i];
         if (m.role == message_role::tool_result) {
             if (!in_results) {
                 open_message("user");
@@ -246,93 +345,15 @@ std::string anthropic_body(const provider_request& req) {
             } else {
                 out.push_back(',');
             }
-            out += "{\"type\":\"tool_result\",\"tool_use_id\":";
-            jt::append_string(out, m.tool_call_id);
-            out += ",\"content\":";
-            if (image_count(m) == 0) {
-                with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
-            } else {
-                // with images: blocks (the reference's convertContentBlocks)
-                out.push_back('[');
-                bool first = true, text = false;
-                for (const auto& b : m.content) text |= std::holds_alternative<text_block>(b);
-                if (!text) {
-                    out += R"x({"type":"text","text":"(see attached image)"})x";
-                    first = false;
-                }
-                for (const auto& b : m.content) {
-                    if (const auto* t = std::get_if<text_block>(&b)) {
-                        if (!first) out.push_back(',');
-                        first = false;
-                        out += "{\"type\":\"text\",\"text\":";
-                        jt::append_string(out, t->text);
-                        out.push_back('}');
-                    } else if (const auto* im = std::get_if<image_block>(&b)) {
-                        if (!first) out.push_back(',');
-                        first = false;
-                        anthropic_image(out, *im);
-                    }
-                }
-                out.push_back(']');
-            }
-            if (m.is_error) out += ",\"is_error\":true";
-            out.push_back('}');
+            append_message(out, req, i, format,
+                           [&](const message& r) { tool_result_block(out, r); });
             continue;
         }
         flush_results();
-        const bool assistant = m.role == message_role::assistant;
-        // thinking goes back only in assistant messages, images only in user messages; an
-        // unsigned thinking block (an aborted stream's) goes back as text, as the reference does
-        const auto sent = [assistant](const content_block& b) {
-            if (const auto* t = std::get_if<text_block>(&b))
-                return !t->text.empty();  // the API rejects empty text blocks
-            if (const auto* th = std::get_if<thinking_block>(&b))
-                return assistant && (th->redacted || trim(th->thinking).size() > 0);
-            if (std::holds_alternative<image_block>(b)) return !assistant;
-            return true;  // a tool call
-        };
-        bool any = false;
-        for (const auto& b : m.content) any = any || sent(b);
-        if (!any && m.role == message_role::assistant) continue;
-        open_message(m.role == message_role::assistant ? "assistant" : "user");
-        bool first_block = true;
-        for (const auto& b : m.content) {
-            if (!sent(b)) continue;
-            if (!first_block) out.push_back(',');
-            first_block = false;
-            if (const auto* t = std::get_if<text_block>(&b)) {
-                out += "{\"type\":\"text\",\"text\":";
-                jt::append_string(out, t->text);
-                out.push_back('}');
-            } else if (const auto* im = std::get_if<image_block>(&b)) {
-                anthropic_image(out, *im);
-            } else if (const auto* th = std::get_if<thinking_block>(&b)) {
-                // the signature (or a redacted block's payload) byte for byte, as received
-                if (th->redacted) {
-                    out += R"({"type":"redacted_thinking","data":)";
-                    jt::append_string(out, th->signature.value_or(""));
-                } else if (th->signature && !trim(*th->signature).empty()) {
-                    out += R"({"type":"thinking","thinking":)";
-                    jt::append_string(out, th->thinking);
-                    out += R"(,"signature":)";
-                    jt::append_string(out, *th->signature);
-                } else {
-                    out += R"({"type":"text","text":)";
-                    jt::append_string(out, th->thinking);
-                }
-                out.push_back('}');
-            } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
-                out += "{\"type\":\"tool_use\",\"id\":";
-                jt::append_string(out, c->id);
-                out += ",\"name\":";
-                jt::append_string(out, c->name);
-                out += ",\"input\":";
-                jt::append_value(out, c->arguments);
-                out.push_back('}');
-            }
-        }
-        if (!any) out += R"({"type":"text","text":" "})";
-        out += "]}";
+        if (m.role == message_role::assistant && !has_blocks(m)) continue;
+        if (!first_message) out.push_back(',');
+        first_message = false;
+        append_message(out, req, i, format, [&](const message& r) { message_object(out, r); });
     }
     flush_results();
     out += "],\"stream\":true";

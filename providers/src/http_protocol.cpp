@@ -26,7 +26,9 @@ std::string_view endpoint_path(api_kind k) noexcept {
 }
 
 std::string build_request_body(api_kind k, const provider_request& req) {
-    return k == api_kind::openai_completions ? openai_body(req) : anthropic_body(req);
+    std::string body = k == api_kind::openai_completions ? openai_body(req) : anthropic_body(req);
+    if (req.fragments) req.fragments->trim(req.messages.size());  // the conversation got shorter
+    return body;
 }
 
 std::unique_ptr<stream_decoder> stream_decoder::make(api_kind k) {

@@ -148,6 +148,26 @@ inline void append_tools(std::string& out, const std::vector<tool_definition>& t
     out.push_back(']');
 }
 
+// Message `i` of `req` into `out`: the text kept for it by an earlier request of the
+// conversation (req.fragments, same message, same `format`), else what `write` writes, kept
+// for the next request unless it is the newest message. `write` must not depend on the other
+// messages (no separators: those stay with the caller).
+template <class Write>
+void append_message(std::string& out, const provider_request& req, std::size_t i, int format,
+                    Write&& write) {
+    const message_ptr& m = req.messages[i];
+    if (req.fragments) {
+        if (const std::string* kept = req.fragments->find(i, m, format)) {
+            out += *kept;
+            return;
+        }
+    }
+    const std::size_t start = out.size();
+    write(*m);
+    if (req.fragments && i + 1 < req.messages.size())
+        req.fragments->keep(i, m, format, std::string_view(out).substr(start));
+}
+
 inline std::size_t body_size_hint(const provider_request& req) {
     std::size_t n = 256 + req.system_prompt.size();
     for (const auto& m : req.messages) {

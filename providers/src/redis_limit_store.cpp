@@ -3,6 +3,8 @@
 // one for the pub/sub subscription. hiredis formats the commands and parses the replies.
 
 #include <coagent/providers/redis_limit_store.hpp>
+#include <coagent/runtime/message.hpp>
+#include <coagent/session/auth_storage.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -23,7 +25,10 @@
 #include <charconv>
 #include <map>
 #include <mutex>
+#include <random>
 #include <vector>
+
+#include <unistd.h>
 
 namespace coagent {
 
@@ -46,6 +51,82 @@ redis.call('HSET', KEYS[1], ARGV[1], t)
 redis.call('PUBLISH', ARGV[4], t .. ' ' .. ARGV[1])
 return t
 )lua";
+
+// KEYS[1] a hash of blocks or cooldowns; ARGV: field, duration (ms), the longest a stored end
+// may lie ahead (ms), channel, the message's tag ("c" a credential, "m" a model). Dates the end
+// with Redis's clock (TIME), keeps a later end already stored (clamped), drops the ends that
+// passed, publishes "<tag> <until> <now> <field>" and returns {until, now}.
+constexpr std::string_view until_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local untilv = now + tonumber(ARGV[2])
+local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+if old > now + tonumber(ARGV[3]) then old = now + tonumber(ARGV[3]) end
+if old > untilv then untilv = old end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if (tonumber(all[i + 1]) or 0) <= now then redis.call('HDEL', KEYS[1], all[i]) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', untilv))
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. ' ' .. string.format('%d', untilv) .. ' ' ..
+  string.format('%d', now) .. ' ' .. ARGV[1])
+return {untilv, now}
+)lua";
+
+// KEYS: the budget hash, the blocks, the cooldowns; ARGV: provider ("": every one), channel.
+// Forgets the provider's budget, its credentials' blocks and its models' cooldowns; publishes
+// "- <provider>".
+constexpr std::string_view clear_script = R"lua(
+local p = ARGV[1]
+if p == '' then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+else
+  redis.call('HDEL', KEYS[1], p)
+  for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+    if string.sub(f, 1, #p + 1) == p .. ' ' then redis.call('HDEL', KEYS[2], f) end
+  end
+  for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
+    if string.sub(f, 1, #p + 1) == p .. '/' then redis.call('HDEL', KEYS[3], f) end
+  end
+end
+redis.call('PUBLISH', ARGV[2], '- ' .. p)
+return 1
+)lua";
+
+// The credential pool's leases. KEYS[1] the leases hash, fields "<provider> <fingerprint>
+// <process>" → "<sessions> <expires>"; ARGV: process, ttl (ms), channel, publish ("1"/"0"), then
+// pairs "<provider> <fingerprint>", sessions. Replaces this process's fields (expiring ttl ms
+// from Redis's clock), drops the expired ones of every process (a process that died), and
+// publishes "l <process>" when asked (the process's counts changed).
+constexpr std::string_view lease_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = ' ' .. ARGV[1]
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local exp = tonumber(string.match(all[i + 1], ' (%d+)$') or '0') or 0
+  if string.sub(all[i], -#me) == me or exp <= now then redis.call('HDEL', KEYS[1], all[i]) end
+end
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i] .. me,
+    ARGV[i + 1] .. ' ' .. string.format('%d', now + tonumber(ARGV[2])))
+end
+if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], 'l ' .. ARGV[1]) end
+return 1
+)lua";
+
+// A name for this process in the leases: host, pid and 32 random bits.
+std::string process_name() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    std::random_device rd;
+    char tail[16];
+    std::snprintf(tail, sizeof tail, "%08x", static_cast<unsigned>(rd()));
+    std::string name =
+        std::string(host[0] ? host : "host") + ":" + std::to_string(::getpid()) + ":" + tail;
+    std::replace(name.begin(), name.end(), ' ', '_');
+    return name;
+}
 
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -113,28 +194,43 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         : ex(std::move(e)), opts(std::move(o)), wake(ex), sub_wake(ex) {
         where = opts.endpoint.host + ":" + std::to_string(opts.endpoint.port);
         key = opts.key_prefix + "{limits}:budget";
+        blocks_key = opts.key_prefix + "{limits}:blocks";
+        cooldowns_key = opts.key_prefix + "{limits}:cooldowns";
         chan = opts.key_prefix + "{limits}:events";
+        leases_key = opts.key_prefix + "{limits}:leases";
+        me = process_name();
     }
+    std::string leases_key, me;
+    credential_leases_table own;                              // this process's sessions (mutex)
+    std::map<std::string, std::int64_t, std::less<>> others;  // block key → others' sessions
+    bool leases_dirty = false;             // own changed since the last send (mutex)
+    std::atomic<bool> reread_soon{false};  // another process's leases changed
 
     asio::any_io_executor ex;
     redis_limit_store_options opts;
-    std::string where, key, chan;
+    std::string where, key, blocks_key, cooldowns_key, chan;
 
+    enum class op_kind { budget, clear, block, cooldown };
     struct op {
-        std::string provider;  // empty with clear: every provider
-        std::int64_t delta = 0;
+        std::string provider;    // budget and clear (empty: every provider); the field otherwise
+        std::int64_t delta = 0;  // budget: thousandths; block and cooldown: the duration (ms)
         std::int64_t max = 0;
-        bool clear = false;
+        op_kind kind = op_kind::budget;
     };
+
+    using until_map = std::map<std::string, std::int64_t, std::less<>>;
 
     mutable std::mutex mutex;
     std::map<std::string, std::int64_t, std::less<>> levels;  // the local copy (thousandths)
-    std::vector<op> queue;                                    // failures and clears: sent at once
-    std::map<std::string, op, std::less<>> deposits;          // successes: batched
+    until_map blocks;       // "<provider> <fingerprint>" → until (epoch ms, this process's clock)
+    until_map cooldowns;    // "provider/model" → until
+    std::vector<op> queue;  // failures and clears: sent at once
+    std::map<std::string, op, std::less<>> deposits;  // successes: batched
     std::atomic<bool> up{false};
     std::atomic<bool> stopping{false};
     bool down_reported = false;  // on the executor only
     std::string sha;             // the budget script's, once loaded
+    std::string until_sha;       // the until script's
     asio::steady_timer wake;
     asio::steady_timer sub_wake;  // the subscription's backoff (cancelled by stop)
     connection_ptr sub;           // the subscription's connection (closed by stop)
@@ -175,10 +271,30 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     }
     void forget(std::string_view provider) {
         std::lock_guard lock(mutex);
-        if (provider.empty())
+        if (provider.empty()) {
             levels.clear();
-        else if (auto it = levels.find(provider); it != levels.end())
-            levels.erase(it);
+            blocks.clear();
+            cooldowns.clear();
+            return;
+        }
+        if (auto it = levels.find(provider); it != levels.end()) levels.erase(it);
+        std::erase_if(blocks, [&](const auto& e) {
+            return e.first.size() > provider.size() && e.first.starts_with(provider) &&
+                   e.first[provider.size()] == ' ';
+        });
+        std::erase_if(cooldowns,
+                      [&](const auto& e) { return model_of_provider(e.first, provider); });
+    }
+    // an end Redis dated `until` when its clock said `redis_now`, in this process's clock
+    void learn_until(until_map& m, std::string_view field, std::int64_t until,
+                     std::int64_t redis_now) {
+        const std::int64_t now = wall_clock_ms();
+        const std::int64_t local = now + (until - redis_now);
+        std::lock_guard lock(mutex);
+        std::erase_if(m, [&](const auto& e) { return e.second <= now; });
+        if (local <= now) return;
+        auto [it, fresh] = m.emplace(std::string(field), local);
+        if (!fresh) it->second = std::max(it->second, local);
     }
 
     void report_down(const std::string& why) {
@@ -294,14 +410,50 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
 
     // EVALSHA, EVAL when the script is not in the server's cache; false: the connection failed
     asio::awaitable<bool> apply(connection_ptr c, op o, std::string& error) {
-        if (o.clear) {
-            std::vector<std::string> del{"HDEL", key, o.provider};
-            if (o.provider.empty()) del = {"DEL", key};
-            auto r = co_await command(c, std::move(del), error);
-            if (!r) co_return false;
-            std::vector<std::string> pub{"PUBLISH", chan, "- " + o.provider};
-            r = co_await command(c, std::move(pub), error);
+        if (o.kind == op_kind::clear) {
+            std::vector<std::string> args{
+                "EVAL", std::string(clear_script), "3", key, blocks_key, cooldowns_key, o.provider,
+                chan};
+            auto r = co_await command(c, std::move(args), error);
+            if (r && r->type == REDIS_REPLY_ERROR)
+                opts.logger->error("limits: redis: clearing {}: {}", key,
+                                   std::string(r->str, r->len));
             co_return r != nullptr;
+        }
+        if (o.kind == op_kind::block || o.kind == op_kind::cooldown) {
+            const bool block = o.kind == op_kind::block;
+            const std::string& hash = block ? blocks_key : cooldowns_key;
+            std::vector<std::string> args{"EVALSHA",
+                                          until_sha.empty() ? "0" : until_sha,
+                                          "1",
+                                          hash,
+                                          o.provider,
+                                          std::to_string(o.delta),
+                                          std::to_string(o.max),
+                                          chan,
+                                          block ? "c" : "m"};
+            auto r = co_await command(c, args, error);
+            if (!r) co_return false;
+            if (r->type == REDIS_REPLY_ERROR &&
+                std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
+                args[0] = "EVAL";
+                args[1] = std::string(until_script);
+                r = co_await command(c, args, error);
+                if (!r) co_return false;
+            }
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_INTEGER ||
+                r->element[1]->type != REDIS_REPLY_INTEGER) {
+                opts.logger->error(
+                    "limits: redis: unexpected {} reply to the {} script on key {}{}",
+                    type_name(r->type), block ? "block" : "cooldown", hash,
+                    r->type == REDIS_REPLY_ERROR ? ": " + std::string(r->str, r->len)
+                                                 : std::string());
+                co_return true;
+            }
+            learn_until(block ? blocks : cooldowns, o.provider, r->element[0]->integer,
+                        r->element[1]->integer);
+            co_return true;
         }
         std::vector<std::string> args{"EVALSHA",
                                       sha.empty() ? "0" : sha,
@@ -331,17 +483,83 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         co_return true;
     }
 
+    // this process's leases, all of them (a change, or the refresh); false: the connection failed
+    asio::awaitable<bool> send_leases(connection_ptr c, std::string& error) {
+        std::vector<std::string> args{"EVAL", std::string(lease_script),
+                                      "1",    leases_key,
+                                      me,     std::to_string(opts.lease_ttl.count()),
+                                      chan};
+        {
+            std::lock_guard lock(mutex);
+            args.push_back(leases_dirty ? "1" : "0");
+            leases_dirty = false;
+            for (const auto& [k, n] : own.counts()) {
+                args.push_back(k);
+                args.push_back(std::to_string(n));
+            }
+        }
+        auto r = co_await command(c, std::move(args), error);
+        if (!r) {
+            std::lock_guard lock(mutex);
+            leases_dirty = true;
+            co_return false;
+        }
+        if (r->type == REDIS_REPLY_ERROR)
+            opts.logger->error(
+                "limits: redis: unexpected error reply to the lease script on key "
+                "{}: {}",
+                leases_key, std::string(r->str, r->len));
+        co_return true;
+    }
+
+    // the other processes' leases, as the hash says at `redis_now`
+    asio::awaitable<bool> read_leases(connection_ptr c, std::int64_t redis_now,
+                                      std::string& error) {
+        std::vector<std::string> get{"HGETALL", leases_key};
+        auto r = co_await command(c, std::move(get), error);
+        if (!r) co_return false;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+            opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
+                               type_name(r->type), leases_key);
+            co_return true;
+        }
+        until_map fresh;
+        const std::string mine = " " + me;
+        for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+            const redisReply* f = r->element[i];
+            const redisReply* v = r->element[i + 1];
+            if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+            const std::string_view field(f->str, f->len);
+            const std::string_view value(v->str, v->len);
+            const auto last = field.rfind(' ');
+            const auto sp = value.find(' ');
+            const auto n =
+                sp == std::string_view::npos ? std::nullopt : to_int(value.substr(0, sp));
+            const auto exp =
+                sp == std::string_view::npos ? std::nullopt : to_int(value.substr(sp + 1));
+            if (last == std::string_view::npos || !n || !exp) {
+                opts.logger->error("limits: redis: unexpected value in key {} (field {})",
+                                   leases_key, std::string(field));
+                continue;
+            }
+            if (field.ends_with(mine) || *exp <= redis_now) continue;
+            fresh[std::string(field.substr(0, last))] += *n;
+        }
+        std::lock_guard lock(mutex);
+        others = std::move(fresh);
+        co_return true;
+    }
+
     // the full re-read (HGETALL); false: the connection failed
     asio::awaitable<bool> resync(connection_ptr c, std::string& error) {
         std::vector<std::string> args{"HGETALL", key};
         auto r = co_await command(c, std::move(args), error);
         if (!r) co_return false;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+        const bool budget_ok = r->type == REDIS_REPLY_ARRAY && r->elements % 2 == 0;
+        if (!budget_ok)
             opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
                                type_name(r->type), key);
-            co_return true;
-        }
-        for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+        for (std::size_t i = 0; budget_ok && i + 1 < r->elements; i += 2) {
             const redisReply* f = r->element[i];
             const redisReply* v = r->element[i + 1];
             const auto level = v->type == REDIS_REPLY_STRING
@@ -355,7 +573,48 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
             }
             learn(std::string_view(f->str, f->len), *level);
         }
-        co_return true;
+        std::vector<std::string> time{"TIME"};
+        r = co_await command(c, std::move(time), error);
+        if (!r) co_return false;
+        std::int64_t redis_now = 0;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            const auto sec = to_int(std::string_view(r->element[0]->str, r->element[0]->len));
+            const auto usec = to_int(std::string_view(r->element[1]->str, r->element[1]->len));
+            if (sec && usec) redis_now = *sec * 1000 + *usec / 1000;
+        }
+        if (redis_now == 0) {
+            opts.logger->error("limits: redis: unexpected {} reply to TIME", type_name(r->type));
+            co_return true;
+        }
+        for (const bool block : {true, false}) {
+            const std::string& hash = block ? blocks_key : cooldowns_key;
+            std::vector<std::string> get{"HGETALL", hash};
+            r = co_await command(c, std::move(get), error);
+            if (!r) co_return false;
+            if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+                opts.logger->error("limits: redis: unexpected {} reply to HGETALL on key {}",
+                                   type_name(r->type), hash);
+                continue;
+            }
+            for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+                const redisReply* f = r->element[i];
+                const redisReply* v = r->element[i + 1];
+                const auto until = v->type == REDIS_REPLY_STRING
+                                       ? to_int(std::string_view(v->str, v->len))
+                                       : std::nullopt;
+                if (f->type != REDIS_REPLY_STRING || !until) {
+                    opts.logger->error("limits: redis: unexpected value in key {} (field {})", hash,
+                                       f->type == REDIS_REPLY_STRING ? std::string(f->str, f->len)
+                                                                     : std::string("?"));
+                    continue;
+                }
+                learn_until(block ? blocks : cooldowns, std::string_view(f->str, f->len), *until,
+                            redis_now);
+            }
+        }
+        co_return co_await read_leases(c, redis_now, error);
     }
 
     asio::awaitable<void> pause(std::chrono::milliseconds d) {
@@ -376,11 +635,11 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     }
     bool idle() const {
         std::lock_guard lock(mutex);
-        return queue.empty() && deposits.empty();
+        return queue.empty() && deposits.empty() && !leases_dirty;
     }
     bool has_queue() const {
         std::lock_guard lock(mutex);
-        return !queue.empty();
+        return !queue.empty() || leases_dirty || reread_soon;
     }
     bool has_deposits() const {
         std::lock_guard lock(mutex);
@@ -400,7 +659,21 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                 ok = r != nullptr;
                 if (r && r->type == REDIS_REPLY_STRING) self->sha.assign(r->str, r->len);
             }
+            if (ok) {
+                std::vector<std::string> load{"SCRIPT", "LOAD", std::string(until_script)};
+                auto r = co_await self->command(c, std::move(load), error);
+                ok = r != nullptr;
+                if (r && r->type == REDIS_REPLY_STRING) self->until_sha.assign(r->str, r->len);
+            }
             if (!ok) {
+                self->report_down(error);
+                if (self->stopping) break;
+                co_await self->pause(backoff);
+                backoff = std::min(backoff * 2, self->opts.max_backoff);
+                continue;
+            }
+            // connected once the state is read: a decision after that sees what others set
+            if (!co_await self->resync(c, error)) {
                 self->report_down(error);
                 if (self->stopping) break;
                 co_await self->pause(backoff);
@@ -409,14 +682,23 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
             }
             self->report_up();
             backoff = std::chrono::milliseconds(100);
-            auto next_resync = clock_type::now();
+            auto next_resync = clock_type::now() + self->opts.resync;
             auto next_flush = clock_type::now() + self->opts.deposit_interval;
             for (;;) {
                 const auto now = clock_type::now();
-                if (now >= next_resync) {
+                if (now >= next_resync) {  // with the leases' refresh
+                    if (!co_await self->send_leases(c, error)) break;
                     if (!co_await self->resync(c, error)) break;
                     next_resync = now + self->opts.resync;
+                } else if (self->reread_soon.exchange(false)) {
+                    if (!co_await self->resync(c, error)) break;
                 }
+                bool dirty = false;
+                {
+                    std::lock_guard lock(self->mutex);
+                    dirty = self->leases_dirty;
+                }
+                if (dirty && !co_await self->send_leases(c, error)) break;
                 const bool due = self->stopping || now >= next_flush;
                 if (due) next_flush = now + self->opts.deposit_interval;
                 bool failed = false;
@@ -472,9 +754,30 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                 const auto space = text.find(' ');
                 if (space == std::string_view::npos) continue;
                 const std::string_view provider = text.substr(space + 1);
-                if (text.substr(0, space) == "-") {
+                const std::string_view tag = text.substr(0, space);
+                if (tag == "c" || tag == "m") {  // "<tag> <until> <now> <field>"
+                    const auto s2 = provider.find(' ');
+                    const auto s3 = s2 == std::string_view::npos ? s2 : provider.find(' ', s2 + 1);
+                    const auto until = s2 == std::string_view::npos
+                                           ? std::nullopt
+                                           : to_int(provider.substr(0, s2));
+                    const auto at = s3 == std::string_view::npos
+                                        ? std::nullopt
+                                        : to_int(provider.substr(s2 + 1, s3 - s2 - 1));
+                    if (until && at)
+                        self->learn_until(tag == "c" ? self->blocks : self->cooldowns,
+                                          provider.substr(s3 + 1), *until, *at);
+                    else
+                        self->opts.logger->error("limits: redis: unexpected message on channel {}",
+                                                 self->chan);
+                } else if (tag == "l") {  // a process's leases changed: re-read them
+                    if (provider != self->me) {
+                        self->reread_soon = true;
+                        asio::post(self->ex, [self] { self->wake.cancel(); });
+                    }
+                } else if (tag == "-") {
                     self->forget(provider);
-                } else if (const auto level = to_int(text.substr(0, space))) {
+                } else if (const auto level = to_int(tag)) {
                     self->learn(provider, *level);
                 } else {
                     self->opts.logger->error("limits: redis: unexpected message on channel {}",
@@ -518,6 +821,11 @@ redis_limit_store::~redis_limit_store() {
 }
 
 void redis_limit_store::stop() {
+    {
+        std::lock_guard lock(state_->mutex);  // this process leaves the pool
+        if (!state_->own.counts().empty()) state_->leases_dirty = true;
+        state_->own = credential_leases_table();
+    }
     if (state_->stopping.exchange(true)) return;
     asio::post(state_->ex, [s = state_] {
         s->shut(false);
@@ -536,7 +844,8 @@ bool redis_limit_store::budget_on_failure(std::string_view provider,
         b.set_tokens_milli(level);
         allowed = b.on_failure(s);
         level = b.tokens_milli();
-        state_->queue.push_back({std::string(provider), -1000, retry_budget::max_milli(s), false});
+        state_->queue.push_back(
+            {std::string(provider), -1000, retry_budget::max_milli(s), state::op_kind::budget});
     }
     state_->poke();
     return allowed;
@@ -568,16 +877,78 @@ void redis_limit_store::clear(std::optional<std::string_view> provider) {
     {
         std::lock_guard lock(state_->mutex);
         const std::string p = provider ? std::string(*provider) : std::string();
-        if (p.empty()) {
-            state_->levels.clear();
-            state_->deposits.clear();
-        } else {
-            state_->levels.erase(p);
-            state_->deposits.erase(p);
-        }
-        state_->queue.push_back({p, 0, 0, true});
+        state_->deposits.erase(p);
+        if (p.empty()) state_->deposits.clear();
+        state_->queue.push_back({p, 0, 0, state::op_kind::clear});
+    }
+    state_->forget(provider.value_or(std::string_view()));
+    state_->poke();
+}
+
+namespace {
+std::int64_t until_in(const std::map<std::string, std::int64_t, std::less<>>& m,
+                      std::string_view key) {
+    const auto it = m.find(key);
+    return it == m.end() ? 0 : it->second;
+}
+}  // namespace
+
+void redis_limit_store::block_credential(std::string_view provider, std::string_view fingerprint,
+                                         std::int64_t until_ms, std::int64_t now_ms) {
+    if (until_ms <= now_ms) return;
+    std::string field = credential_block_key(provider, fingerprint);
+    {
+        std::lock_guard lock(state_->mutex);
+        auto [it, fresh] = state_->blocks.emplace(field, until_ms);
+        if (!fresh) it->second = std::max(it->second, until_ms);
+        state_->queue.push_back(
+            {std::move(field), until_ms - now_ms, max_usage_block_ms, state::op_kind::block});
     }
     state_->poke();
+}
+
+std::int64_t redis_limit_store::credential_blocked_until(std::string_view provider,
+                                                         std::string_view fingerprint) const {
+    const std::string field = credential_block_key(provider, fingerprint);
+    std::lock_guard lock(state_->mutex);
+    return until_in(state_->blocks, field);
+}
+
+void redis_limit_store::cool_down_model(std::string_view model, std::int64_t until_ms,
+                                        std::int64_t now_ms) {
+    if (until_ms <= now_ms) return;
+    {
+        std::lock_guard lock(state_->mutex);
+        auto [it, fresh] = state_->cooldowns.emplace(std::string(model), until_ms);
+        if (!fresh) it->second = std::max(it->second, until_ms);
+        state_->queue.push_back(
+            {std::string(model), until_ms - now_ms, max_usage_block_ms, state::op_kind::cooldown});
+    }
+    state_->poke();
+}
+
+std::int64_t redis_limit_store::model_cooldown_until(std::string_view model) const {
+    std::lock_guard lock(state_->mutex);
+    return until_in(state_->cooldowns, model);
+}
+
+std::vector<credential_block> redis_limit_store::credential_blocks(std::int64_t now_ms) const {
+    std::lock_guard lock(state_->mutex);
+    std::vector<credential_block> out;
+    for (const auto& [k, until] : state_->blocks)
+        if (until > now_ms) {
+            const auto space = k.rfind(' ');
+            out.push_back({k.substr(0, space), k.substr(space + 1), until});
+        }
+    return out;
+}
+
+std::vector<model_cooldown> redis_limit_store::model_cooldowns(std::int64_t now_ms) const {
+    std::lock_guard lock(state_->mutex);
+    std::vector<model_cooldown> out;
+    for (const auto& [m, until] : state_->cooldowns)
+        if (until > now_ms) out.push_back({m, until});
+    return out;
 }
 
 bool redis_limit_store::connected() const noexcept {
@@ -589,6 +960,45 @@ std::string redis_limit_store::budget_key() const {
 }
 std::string redis_limit_store::channel() const {
     return state_->chan;
+}
+
+}  // namespace coagent
+
+namespace coagent {
+
+void redis_limit_store::lease_credential(std::string_view provider, std::string_view fingerprint,
+                                         std::string_view session) {
+    {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->own.lease(provider, fingerprint, session)) return;
+        state_->leases_dirty = true;
+    }
+    state_->poke();
+}
+
+void redis_limit_store::release_credential(std::string_view provider, std::string_view session) {
+    {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->own.release(provider, session)) return;
+        state_->leases_dirty = true;
+    }
+    state_->poke();
+}
+
+std::int64_t redis_limit_store::credential_sessions(std::string_view provider,
+                                                    std::string_view fingerprint) const {
+    const std::string k = credential_block_key(provider, fingerprint);
+    std::lock_guard lock(state_->mutex);
+    const auto it = state_->others.find(k);
+    return state_->own.count(k) + (it == state_->others.end() ? 0 : it->second);
+}
+
+std::vector<credential_lease_count> redis_limit_store::credential_leases() const {
+    std::lock_guard lock(state_->mutex);
+    std::map<std::string, std::int64_t, std::less<>> all(state_->others.begin(),
+                                                         state_->others.end());
+    for (const auto& [k, n] : state_->own.counts()) all[k] += n;
+    return split_lease_counts(all);
 }
 
 }  // namespace coagent

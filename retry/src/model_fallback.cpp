@@ -5,10 +5,11 @@
 
 namespace coagent {
 
-std::int64_t model_fallback::suppressed_until(std::string_view selector) const noexcept {
+std::int64_t model_fallback::suppressed_until(std::string_view selector) const {
+    std::int64_t own = 0;
     for (const auto& [s, until] : suppressed_)
-        if (s == selector) return until;
-    return 0;
+        if (s == selector) own = until;
+    return shared_ ? std::max(own, shared_(selector)) : own;
 }
 
 std::optional<retry_fallback_applied_event> model_fallback::on_usage_limit(

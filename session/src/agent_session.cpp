@@ -117,7 +117,13 @@ agent_session::agent_session(session_options o)
     }
 }
 
-agent_session::~agent_session() = default;
+agent_session::~agent_session() {
+    // its credentials go back to the pool (§11.31)
+    const auto own = rare_ ? rare_->auth : nullptr;
+    if (own) own->end_session(history_.session_id());
+    if (const auto p = provider_ ? provider_->credentials() : nullptr; p && p != own)
+        p->end_session(history_.session_id());
+}
 
 agent_session::rare_members& agent_session::rare() {
     if (!rare_) rare_ = std::make_unique<rare_members>();
@@ -220,7 +226,13 @@ std::optional<retry_fallback_applied_event> agent_session::switch_model(
     std::optional<std::int64_t> hint_ms) {
     model_catalog* const catalog = catalog_ptr();
     if (!catalog) return std::nullopt;
-    if (!fallback_) fallback_ = std::make_unique<model_fallback>();
+    if (!fallback_) {
+        fallback_ = std::make_unique<model_fallback>();
+        if (const auto& shared = rare_ ? rare_->limits : nullptr)  // §11.30
+            fallback_->share([store = shared.get()](std::string_view model) {
+                return store->model_cooldown_until(model);
+            });
+    }
     std::shared_ptr<provider> next;
     const auto usable = [&](std::string_view selector) {
         const auto slash = selector.find('/');
@@ -228,8 +240,12 @@ std::optional<retry_fallback_applied_event> agent_session::switch_model(
         next = catalog->resolve(selector.substr(0, slash), selector.substr(slash + 1), error);
         return next != nullptr;
     };
-    auto applied = fallback_->on_usage_limit(model_selector(provider_->model()), hint_ms, now_ms(),
-                                             config_.retry, usable);
+    const std::string current = model_selector(provider_->model());
+    const std::int64_t now = now_ms();
+    auto applied = fallback_->on_usage_limit(current, hint_ms, now, config_.retry, usable);
+    if (const auto& shared = rare_->limits)  // the cooldown, for every session of the store
+        if (const std::int64_t until = fallback_->suppressed_until(current); until > now)
+            shared->cool_down_model(current, until, now);
     if (applied) {
         switch_provider(std::move(next), true);
         if (rare_->tel) rare_->tel->sink->fallback(tel_now(), applied->from, applied->to);
@@ -302,6 +318,10 @@ provider_request agent_session::build_request() const {
         if (!is_failed_assistant(*m)) r.messages.push_back(m);
     if (rare_) r.tools = rare_->tools.definitions();
     r.session_id = history_.session_id();
+    if (r.messages.size() >= 2) {
+        if (!fragments_) fragments_ = std::make_unique<wire_fragments>();
+        r.fragments = fragments_.get();
+    }
     r.thinking = config_.selection.thinking;
     return r;
 }

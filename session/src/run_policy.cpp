@@ -304,7 +304,7 @@ run_action run_policy::after_decision(agent_end_decision d, std::vector<message_
     }
     if (d.to_compaction && !images_omitted_ && images_ > 1 && last_ &&
         is_request_too_large(*last_) && !abort_requested_) {
-        // §11.30: the older images go first, once per prompt, compaction on or off
+        // §11.33: the older images go first, once per prompt, compaction on or off
         images_omitted_ = true;
         out(images_omitted_event{images_ - 1, last_->error_message.value_or("")});
         return make(run_action::kind::omit_images);

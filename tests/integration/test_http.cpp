@@ -498,8 +498,9 @@ TEST_CASE("request bodies: OpenAI and Anthropic shapes", "[http][protocol]") {
     CHECK(b.at("tools").at(0).at("input_schema").at("type") == "object");
 }
 
-TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages",
-          "[http][protocol]") {
+namespace {
+// every kind of message and block, escaping, empty texts and tool results in a row
+provider_request wide_request() {
     provider_request r;
     r.model = model_info{"p", "m\"1", "x", 1000, 0};
     r.system_prompt = "line1\nline2\t\"q\" \\ \x01 é ✓";
@@ -530,7 +531,13 @@ TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages"
     td.description = "finds \"things\"";
     td.parameters["type"] = "object";
     r.tools.push_back(td);
+    return r;
+}
+}  // namespace
 
+TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages",
+          "[http][protocol]") {
+    const provider_request r = wide_request();
     const std::string openai = http_protocol::build_request_body(api_kind::openai_completions, r);
     CHECK(
         openai ==
@@ -778,6 +785,53 @@ TEST_CASE("issue 24: Anthropic thinking deltas, signatures and redacted thinking
 }
 
 // ---- coagent-fakellm's script -------------------------------------------------------------
+
+TEST_CASE(
+    "request bodies: a message's text is kept between requests and copied only for the "
+    "same message at the same position in the same format",
+    "[http][protocol]") {
+    provider_request r = wide_request();
+    for (const api_kind api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+        INFO(http_protocol::to_string(api));
+        const std::string plain = http_protocol::build_request_body(api, r);
+        wire_fragments kept;
+        r.fragments = &kept;
+        CHECK(http_protocol::build_request_body(api, r) == plain);  // written and kept
+        // every message but the newest (kept from its next request on) and those the API is
+        // not sent (Anthropic: the empty assistant message before the last one)
+        const std::size_t n = r.messages.size();
+        const bool skips = api == api_kind::anthropic_messages;
+        CHECK(kept.size() == (skips ? n - 2 : n - 1));
+        for (std::size_t i = 0; i + 1 < n; ++i)
+            CHECK((kept.find(i, r.messages[i], int(api)) != nullptr) !=
+                  (skips && r.messages[i]->content.empty()));
+        CHECK(kept.find(n - 1, r.messages[n - 1], int(api)) == nullptr);
+        CHECK(http_protocol::build_request_body(api, r) == plain);  // copied
+        // the copy is what goes out: a kept text stands for its message
+        kept.keep(0, r.messages[0], int(api), R"({"kept":0})");
+        CHECK(http_protocol::build_request_body(api, r).find(R"({"kept":0})") != std::string::npos);
+        // another message at that position is written anew
+        auto replaced = r;
+        replaced.fragments = nullptr;
+        replaced.messages[0] = std::make_shared<message>(make_user_message("another first"));
+        const std::string replaced_plain = http_protocol::build_request_body(api, replaced);
+        replaced.fragments = &kept;
+        CHECK(http_protocol::build_request_body(api, replaced) == replaced_plain);
+        // the other wire format does not take this one's texts
+        const api_kind other = api == api_kind::openai_completions ? api_kind::anthropic_messages
+                                                                   : api_kind::openai_completions;
+        r.fragments = nullptr;
+        const std::string other_plain = http_protocol::build_request_body(other, r);
+        r.fragments = &kept;
+        CHECK(http_protocol::build_request_body(other, r) == other_plain);
+        // a shorter conversation: the positions beyond it are forgotten
+        auto shorter = r;
+        shorter.messages.resize(2);
+        (void)http_protocol::build_request_body(api, shorter);
+        CHECK(kept.size() == 2);
+        r.fragments = nullptr;
+    }
+}
 
 TEST_CASE("fakellm script: steps, errors naming step and field, example scripts",
           "[http][fakellm]") {
@@ -2125,7 +2179,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "issue 24 §11.30: Anthropic's 413 request_too_large with images over loopback: the older "
+    "issue 24 §11.33: Anthropic's 413 request_too_large with images over loopback: the older "
     "images omitted, one more request, compaction off",
     "[http][loopback][session][content]") {
     settings s = fast_settings();

@@ -216,7 +216,7 @@ TEST_CASE("issue 24: a session file the reference wrote, with images and thinkin
     CHECK(written(*h.session->messages()[1]) == reference_assistant);
 }
 
-// ---- §11.30: a request too large with images -------------------------------------------------
+// ---- §11.33: a request too large with images -------------------------------------------------
 
 namespace {
 
@@ -240,7 +240,7 @@ std::vector<image_block> three_images() {
 }  // namespace
 
 TEST_CASE(
-    "issue 24 §11.30: a 413 with images omits all but the newest and tries once more, "
+    "issue 24 §11.33: a 413 with images omits all but the newest and tries once more, "
     "also with compaction off",
     "[content][retry]") {
     for (const bool compaction : {true, false}) {
@@ -289,7 +289,7 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("issue 24 §11.30: once per prompt, images in older messages, and not for one image",
+TEST_CASE("issue 24 §11.33: once per prompt, images in older messages, and not for one image",
           "[content][retry]") {
     SECTION("a second 413 in the same prompt goes to the compaction path (off: the error)") {
         settings cfg;
@@ -348,7 +348,7 @@ struct type_recorder final : event_sink {
 };
 }  // namespace
 
-TEST_CASE("issue 24 §11.30: the run policy omits images once per prompt, then compacts",
+TEST_CASE("issue 24 §11.33: the run policy omits images once per prompt, then compacts",
           "[content][retry][run-policy]") {
     auto failed = std::make_shared<message>();
     failed->role = message_role::assistant;

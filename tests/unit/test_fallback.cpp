@@ -5,6 +5,8 @@
 #include "support/session_harness.hpp"
 
 #include <coagent/retry/model_fallback.hpp>
+#include <coagent/session/auth_storage.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/settings_store.hpp>
 
 #include <catch2/catch.hpp>
@@ -139,7 +141,8 @@ TEST_CASE("model_fallback: the next usable entry of the chain that lists the cur
     CHECK_FALSE(f.on_usage_limit("c/m3", std::nullopt, t0 + 20, s, all_usable));
 }
 
-TEST_CASE("model_fallback: the default role covers a model no chain lists, unusable entries are skipped",
+TEST_CASE(
+    "model_fallback: the default role covers a model no chain lists, unusable entries are skipped",
     "[fallback]") {
     model_fallback f;
     const auto s = with_chains({{"other", {"x/1"}}, {"default", {"b/m2", "c/m3"}}});
@@ -396,4 +399,237 @@ TEST_CASE("retry.fallbackChains and retry.fallbackRevertPolicy in settings files
         }
     }
     std::filesystem::remove_all(dir);
+}
+
+// ---- limit state shared across sessions and processes (issue 19, docs/limits.md) -----------
+
+TEST_CASE("choose_credential §11.29: the credential available earliest, the first of those",
+          "[limits][usage-limit]") {
+    using cs = credential_state;
+    const std::int64_t now = t0;
+    CHECK(choose_credential(std::vector<cs>{{0}, {0}, {0}}, now) == 0);
+    CHECK(choose_credential(std::vector<cs>{{now + 1}, {0}, {0}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now}, {0}}, now) == 0);  // an end at now is free
+    // all blocked: the one free soonest; a tie: the first of those
+    CHECK(choose_credential(std::vector<cs>{{now + 30}, {now + 10}, {now + 20}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now + 30}, {now + 10}, {now + 10}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{now + 5}}, now) == 0);
+}
+
+TEST_CASE("usage_block_until: 60 s without a hint, clamped to 7 days, saturating",
+          "[limits][usage-limit]") {
+    CHECK(usage_block_until(std::nullopt, t0) == t0 + 60'000);
+    CHECK(usage_block_until(30'000, t0) == t0 + 30'000);
+    CHECK(usage_block_until(-5, t0) == t0);
+    CHECK(usage_block_until(std::int64_t{99'999'999'999'000}, t0) == t0 + max_usage_block_ms);
+    CHECK(usage_block_until(max_usage_block_ms, INT64_MAX - 10) == INT64_MAX);
+    CHECK(clamp_block(t0 + 10 * max_usage_block_ms, t0) == t0 + max_usage_block_ms);
+    CHECK(clamp_block(t0 + 5, t0) == t0 + 5);
+}
+
+TEST_CASE("credential_fingerprint: the hex SHA-256 of the key, never the key", "[limits]") {
+    CHECK(credential_fingerprint("abc") ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(credential_fingerprint("sk-A").size() == 64);
+    CHECK(credential_fingerprint("sk-A") != credential_fingerprint("sk-B"));
+}
+
+TEST_CASE("local_limit_store: blocks and cooldowns keep the later end, expire, cleared by provider",
+          "[limits]") {
+    local_limit_store st;
+    st.block_credential("a", "fa", t0 + 100, t0);
+    st.block_credential("a", "fa", t0 + 50, t0);  // an earlier end does not shorten it
+    st.block_credential("b", "fb", t0 + 200, t0);
+    st.block_credential("a", "gone", t0, t0);  // already over: not kept
+    CHECK(st.credential_blocked_until("a", "fa") == t0 + 100);
+    CHECK(st.credential_blocked_until("a", "fb") == 0);
+    CHECK(st.credential_blocked_until("a", "gone") == 0);
+    st.cool_down_model("a/m1", t0 + 300, t0);
+    st.cool_down_model("ab/m1", t0 + 300, t0);
+    CHECK(st.model_cooldown_until("a/m1") == t0 + 300);
+    CHECK(st.credential_blocks(t0).size() == 2);
+    CHECK(st.credential_blocks(t0 + 100).size() == 1);  // fa's end has come
+    CHECK(st.model_cooldowns(t0 + 299).size() == 2);
+    st.clear("a");  // a's credentials and a's models only ("ab/m1" is provider ab's)
+    CHECK(st.credential_blocked_until("a", "fa") == 0);
+    CHECK(st.credential_blocked_until("b", "fb") == t0 + 200);
+    CHECK(st.model_cooldown_until("a/m1") == 0);
+    CHECK(st.model_cooldown_until("ab/m1") == t0 + 300);
+    st.clear(std::nullopt);
+    CHECK(st.credential_blocks(t0).empty());
+    CHECK(st.model_cooldowns(t0).empty());
+}
+
+TEST_CASE(
+    "shared credential blocks §11.29: a block set in one process moves the other's sessions "
+    "off it at their next request",
+    "[limits][usage-limit]") {
+    std::int64_t now = t0;
+    const auto clock = [&] { return now; };
+    auto store = std::make_shared<local_limit_store>();  // what two processes share
+    const bool shared = GENERATE(true, false);
+    auto p1 = std::make_shared<in_memory_auth_storage>(clock);
+    auto p2 = std::make_shared<in_memory_auth_storage>(clock);
+    for (const auto& p : {p1, p2}) {
+        for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
+        if (shared) p->share_limits(store);
+    }
+    // before the block: A has a session in each process (with the pool, §11.31, B and C
+    // have one each in process 1 first)
+    CHECK(p1->api_key("a", "s1") == "key-A");
+    CHECK(p1->api_key("a", "x1") == (shared ? "key-B" : "key-A"));
+    CHECK(p1->api_key("a", "x2") == (shared ? "key-C" : "key-A"));
+    CHECK(p2->api_key("a", "old") == "key-A");
+    CHECK(p1->mark_usage_limit_reached("a", "s1", 30'000));  // retry-after: 30
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    if (!shared) {
+        // without a shared store process 2 knows nothing of it (today's behaviour)
+        CHECK(p2->api_key("a", "old") == "key-A");
+        CHECK(p2->api_key("a", "new") == "key-A");
+        CHECK(store->credential_blocks(now).empty());
+        return;
+    }
+    // the store holds the fingerprint, never the key
+    const auto blocks = store->credential_blocks(now);
+    REQUIRE(blocks.size() == 1);
+    CHECK(blocks[0].provider == "a");
+    CHECK(blocks[0].fingerprint == credential_fingerprint("key-A"));
+    CHECK(blocks[0].until_ms == t0 + 30'000);
+    // process 2: the session on A moves at its next request (to C: B has two sessions, C one),
+    // a new session never takes A (B and C have two each: B)
+    CHECK(p2->api_key("a", "old") == "key-C");
+    CHECK(p2->api_key("a", "new") == "key-B");
+    // a block process 1 did not set itself moves its session too: B blocked → C
+    CHECK(p2->mark_usage_limit_reached("a", "new", 10'000));
+    CHECK(p2->api_key("a", "new") == "key-C");
+    CHECK(p1->api_key("a", "s1") == "key-C");  // process 1 learns of B's block
+    // every credential blocked: a usage limit moves the session to the one free soonest (B, at
+    // +10 s) and is no switch; a session on a blocked credential keeps it when none is free
+    CHECK_FALSE(p1->mark_usage_limit_reached("a", "s1", 20'000));
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    CHECK(p2->api_key("a", "old") == "key-C");
+    // after the blocks, a new session takes A again (no session on it any more)
+    now = t0 + 30'000;
+    CHECK(p2->api_key("a", "later") == "key-A");
+}
+
+TEST_CASE(
+    "shared model cooldowns §11.30: a model put aside by one session is put aside for "
+    "another session of the store",
+    "[limits][fallback][session][usage-limit]") {
+    const bool shared = GENERATE(true, false);
+    auto store = std::make_shared<local_limit_store>();
+    const settings cfg = chain_settings({{"default", {"a/m1", "b/m2"}}});
+    // session 1 on a/m1 meets a usage limit: a/m1 is put aside for 60 s, it falls back to b/m2
+    fallback_fixture one(std::string("[") + usage_error + "]", R"([{"text":"b for one"}])", "[]",
+                         cfg, [&](session_options& o) {
+                             if (shared) o.limits = store;
+                         });
+    one.h->prompt("hi");
+    REQUIRE(one.h->done());
+    CHECK(one.h->session->model().provider == "b");
+    CHECK(store->model_cooldown_until("a/m1") == (shared ? t0 + 60'000 : 0));
+    // session 2 on c/m3 meets a usage limit: its chain's first entry is a/m1
+    fallback_fixture two(R"([{"text":"a for two"}])", R"([{"text":"b for two"}])",
+                         std::string("[") + usage_error + "]", cfg, [&](session_options& o) {
+                             if (shared) o.limits = store;
+                         });
+    REQUIRE(two.h->session->set_model("c", "m3").empty());
+    two.now = t0 + 1'000;
+    two.h->prompt("hi");
+    REQUIRE(two.h->done());
+    const auto applied = two.h->of("retry_fallback_applied");
+    REQUIRE(applied.size() == 1);
+    CHECK(
+        applied[0] ==
+        obj(shared
+                ? R"({"type":"retry_fallback_applied","from":"c/m3","to":"b/m2","role":"default"})"
+                : R"({"type":"retry_fallback_applied","from":"c/m3","to":"a/m1","role":"default"})"));
+    CHECK(two.a->requests().size() == (shared ? 0u : 1u));
+    CHECK(two.b->requests().size() == (shared ? 1u : 0u));
+    CHECK(two.h->result->outcome == prompt_result::status::succeeded);
+    // and c/m3's cooldown is the store's too, dated by session 2's clock
+    CHECK(store->model_cooldown_until("c/m3") == (shared ? t0 + 61'000 : 0));
+}
+
+TEST_CASE("choose_credential §11.31: of the credentials available earliest, the fewest sessions",
+          "[limits][usage-limit][pool]") {
+    using cs = credential_state;
+    const std::int64_t now = t0;
+    CHECK(choose_credential(std::vector<cs>{{0, 2}, {0, 1}, {0, 1}}, now) == 1);
+    CHECK(choose_credential(std::vector<cs>{{0, 1}, {0, 1}, {0, 1}}, now) == 0);
+    CHECK(choose_credential(std::vector<cs>{{0, 3}, {now + 1, 0}, {0, 5}}, now) ==
+          0);                                                                         // free first
+    CHECK(choose_credential(std::vector<cs>{{now + 9, 0}, {now + 5, 7}}, now) == 1);  // earliest
+    CHECK(choose_credential(std::vector<cs>{{now + 5, 2}, {now + 5, 1}}, now) == 1);
+}
+
+TEST_CASE(
+    "credential pool §11.31: a new session takes the free credential with the fewest "
+    "sessions, a session keeps its own, an ended session leaves the pool",
+    "[limits][usage-limit][pool]") {
+    std::int64_t now = t0;
+    const auto clock = [&] { return now; };
+    auto store = std::make_shared<local_limit_store>();
+    const bool shared = GENERATE(true, false);
+    auto p1 = std::make_shared<in_memory_auth_storage>(clock);
+    auto p2 = std::make_shared<in_memory_auth_storage>(clock);
+    for (const auto& p : {p1, p2}) {
+        for (const char* k : {"key-A", "key-B", "key-C"}) p->add_credential("a", k);
+        if (shared) p->share_limits(store);
+    }
+    // process 1 starts on A, meets a usage limit, switches to B and stays
+    CHECK(p1->api_key("a", "s1") == "key-A");
+    CHECK(p1->mark_usage_limit_reached("a", "s1", 30'000));
+    CHECK(p1->api_key("a", "s1") == "key-B");
+    if (!shared) {
+        CHECK(p2->api_key("a", "s2") == "key-A");  // no pool, no shared block: today's choice
+        return;
+    }
+    const auto fa = credential_fingerprint("key-A");
+    const auto fb = credential_fingerprint("key-B");
+    const auto fc = credential_fingerprint("key-C");
+    CHECK(store->credential_sessions("a", fa) == 0);
+    CHECK(store->credential_sessions("a", fb) == 1);
+    // process 2: A is blocked, B has a session, C none → C
+    CHECK(p2->api_key("a", "s2") == "key-C");
+    // then B and C have one each: the first of them
+    CHECK(p2->api_key("a", "s3") == "key-B");
+    CHECK(store->credential_sessions("a", fb) == 2);
+    // a session keeps its credential though another now has fewer sessions
+    p1->end_session("s1");
+    CHECK(store->credential_sessions("a", fb) == 1);
+    CHECK(p2->api_key("a", "s2") == "key-C");
+    CHECK(p2->api_key("a", "s3") == "key-B");
+    // the block over: A has no session → A; then every credential has one → the first
+    now = t0 + 30'000;
+    CHECK(p1->api_key("a", "s4") == "key-A");
+    CHECK(p1->api_key("a", "s5") == "key-A");
+    const auto leases = store->credential_leases();
+    REQUIRE(leases.size() == 3);
+    CHECK(leases[0].provider == "a");
+    std::int64_t total = 0;
+    for (const auto& l : leases) total += l.sessions;
+    CHECK(total == 4);
+    // a usage-limit switch takes the free credential with the fewest sessions: s4 leaves A
+    // (A: s5), B has s3, C has s2 → B, the first of the two
+    CHECK(p1->mark_usage_limit_reached("a", "s4", 1'000));
+    CHECK(p1->api_key("a", "s4") == "key-B");
+    CHECK(store->credential_sessions("a", fa) == 1);
+    CHECK(store->credential_sessions("a", fb) == 2);
+    CHECK(store->credential_sessions("a", fc) == 1);
+}
+
+TEST_CASE("credential pool §11.31: a session that ends gives its lease back",
+          "[limits][session][pool]") {
+    auto store = std::make_shared<local_limit_store>();
+    auto auth = std::make_shared<in_memory_auth_storage>([] { return t0; });
+    auth->add_credential("faux", "key-A");
+    auth->share_limits(store);
+    auto h = std::make_unique<harness>(R"([{"text":"ok"}])", settings{},
+                                       [&](session_options& o) { o.auth = auth; });
+    CHECK(auth->api_key("faux", h->session->session_id()) == "key-A");
+    CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 1);
+    h->session.reset();
+    CHECK(store->credential_sessions("faux", credential_fingerprint("key-A")) == 0);
 }

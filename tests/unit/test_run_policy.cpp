@@ -126,6 +126,21 @@ struct fake_store final : limit_store {
                         std::to_string(b.token_ratio_milli));
     }
     std::vector<budget_level> budget_levels() const override { return {}; }
+    void block_credential(std::string_view, std::string_view, std::int64_t, std::int64_t) override {
+    }
+    std::int64_t credential_blocked_until(std::string_view, std::string_view) const override {
+        return 0;
+    }
+    void cool_down_model(std::string_view, std::int64_t, std::int64_t) override {}
+    std::int64_t model_cooldown_until(std::string_view) const override { return 0; }
+    std::vector<credential_block> credential_blocks(std::int64_t) const override { return {}; }
+    std::vector<model_cooldown> model_cooldowns(std::int64_t) const override { return {}; }
+    void lease_credential(std::string_view, std::string_view, std::string_view) override {}
+    void release_credential(std::string_view, std::string_view) override {}
+    std::int64_t credential_sessions(std::string_view, std::string_view) const override {
+        return 0;
+    }
+    std::vector<credential_lease_count> credential_leases() const override { return {}; }
     void clear(std::optional<std::string_view>) override {}
     std::string_view kind() const noexcept override { return "fake"; }
     bool connected() const noexcept override { return true; }

@@ -5,6 +5,8 @@
 #include "support/expected_events.hpp"
 #include "support/session_harness.hpp"
 
+#include <coagent/runtime/json_text.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -1343,6 +1345,33 @@ TEST_CASE(
         text ==
         R"({"role":"toolResult","content":[{"type":"text","text":"out"}],"toolCallId":"id1","toolName":"tool","isError":true,"timestamp":)" +
             std::to_string(tr->timestamp) + "}");
+}
+
+TEST_CASE(
+    "json_text::append_string writes what boost::json::serialize writes, at every offset "
+    "and length, for every byte that needs escaping",
+    "[json]") {
+    // the 16- and 8-bytes-at-a-time scans must find a byte to escape wherever it sits in a block,
+    // and next to UTF-8 bytes (0x80 and above, which pass through)
+    const std::string specials = std::string("\"\\\b\f\n\r\t\x01\x1f", 9) + std::string(1, '\0');
+    const std::string filler =
+        "abcdefghijklmnopq\xc3\xa9\xe2\x86\xbb xyz ~\x7f\x20\x21"
+        "0123456789ABCDEFGHIJ";
+    for (std::size_t len = 0; len <= 40; ++len) {  // the 16-byte step, the 8-byte one, the tail
+        for (std::size_t at = 0; at <= len; ++at) {
+            for (char special : specials) {
+                std::string s = filler.substr(0, len);
+                if (at < len) s[at] = special;
+                std::string text;
+                coagent::json_text::append_string(text, s);
+                INFO("len " << len << " at " << at << " byte " << int(special));
+                REQUIRE(text == json::serialize(json::string(s)));
+            }
+        }
+    }
+    std::string two;  // two bytes to escape in one word, and a long clean run
+    coagent::json_text::append_string(two, std::string(40, 'a') + "\"\n" + std::string(13, 'b'));
+    CHECK(two == "\"" + std::string(40, 'a') + "\\\"\\n" + std::string(13, 'b') + "\"");
 }
 
 // ---- the script model both fakes play (<coagent/providers/script_model.hpp>) ----------------

@@ -323,6 +323,41 @@ echo '{}' > "$pdir/home/settings.json"
 ( cd "$pdir" && COAGENT_DIR="$pdir/home" OPENAI_API_KEY=sk-o "$COAGENT" --provider faux --no-session -p hi >/dev/null 2>"$work/err.txt" ); rc=$?
 check "--provider faux: no choice line" bash -c "! grep -q 'coagent: using' '$work/err.txt'"
 
+# coagent limits with limits.store "local": auth.json's blocks, by fingerprint; --clear lifts them
+ldir="$work/limits"
+mkdir -p "$ldir"
+future=$(( $(date +%s) * 1000 + 600000 ))
+echo '{"fake":[{"type":"api_key","key":"sk-test-AAAA","blockedUntil":'$future'},{"type":"api_key","key":"sk-test-BBBB"}]}' >"$ldir/auth.json"
+chmod 600 "$ldir/auth.json"
+fp=$(printf %s sk-test-AAAA | sha256sum | cut -d' ' -f1)
+COAGENT_DIR="$ldir" "$COAGENT" limits >lim.txt 2>lim.err; rc=$?
+check "limits: exit 0" [ $rc = 0 ]
+check "limits: the store" contains lim.txt "store: local"
+check "limits: auth.json's block by fingerprint, with the time left" grep -qE "^  fake  $fp  (9m|10m)( [0-9]+s)? left  \(auth.json\)$" lim.txt
+check "limits: never the key" bash -c "! grep -q sk-test lim.txt"
+COAGENT_DIR="$ldir" "$COAGENT" limits --json >lim.json 2>lim.err; rc=$?
+check "limits --json: exit 0" [ $rc = 0 ]
+check "limits --json: the block" python3 -c "
+import json,sys; o=json.load(open('lim.json'))
+b=o['blockedCredentials']
+assert o['store']=='local' and o['connected'] is True, o
+assert len(b)==1 and b[0]['provider']=='fake' and b[0]['fingerprint']=='$fp' and b[0]['source']=='auth.json' and 590000<b[0]['leftMs']<=600000, b
+assert o['modelCooldowns']==[] and o['budgets']==[] and o['activeSessions']==[], o"
+COAGENT_DIR="$ldir" "$COAGENT" limits --clear --provider fake >clr.txt 2>clr.err; rc=$?
+check "limits --clear: exit 0" [ $rc = 0 ]
+check "limits --clear: says what it lifted" contains clr.txt "fake: 1 block lifted in $ldir/auth.json"
+check "limits --clear: auth.json holds no block" bash -c "! grep -q blockedUntil '$ldir/auth.json'"
+check "limits --clear: the keys kept" bash -c "grep -q sk-test-AAAA '$ldir/auth.json' && grep -q sk-test-BBBB '$ldir/auth.json'"
+COAGENT_DIR="$ldir" "$COAGENT" limits --provider fake >/dev/null 2>clr.err; rc=$?
+check "limits --provider without --clear: exit 2" [ $rc = 2 ]
+check "limits --provider without --clear: why" contains clr.err "coagent limits: --provider needs --clear"
+COAGENT_DIR="$ldir" "$COAGENT" limits --json --clear >/dev/null 2>clr.err; rc=$?
+check "limits --json --clear: exit 2" [ $rc = 2 ]
+"$COAGENT" limits --help >lhelp.txt 2>&1; rc=$?
+check "limits --help: exit 0, the flags" bash -c "[ $rc = 0 ] && grep -q -- '--clear' lhelp.txt && grep -q -- '--provider' lhelp.txt && grep -q fingerprint lhelp.txt"
+echo '{"limits":{"store":"nope"}}' >"$ldir/settings.json"
+COAGENT_DIR="$ldir" "$COAGENT" limits >/dev/null 2>clr.err; rc=$?
+check "limits: a bad settings file exits 2 naming the key" bash -c "[ $rc = 2 ] && grep -q 'limits.store' clr.err"
 # --image FILE (issue 24): repeatable, the type from the first bytes, base64 in the user message
 printf '\x89PNG\r\n\x1a\nabc' > "$work/a.png"
 printf 'GIF89a..' > "$work/b.gif"

@@ -105,6 +105,9 @@ class app_catalog final : public model_catalog {
 
     /// The faux provider that "faux" names (built from the command line's --faux-* flags).
     void set_faux(std::shared_ptr<provider> faux) { faux_ = std::move(faux); }
+    /// A shared limit store (limits.store "redis"): auth.json's credential blocks are shared
+    /// through it (auth_storage::share_limits). Before the first make().
+    void share_limits(std::shared_ptr<limit_store> store) { shared_ = std::move(store); }
 
     /// Throws config_error: unknown provider or model, broken models.json / auth.json, no key.
     std::shared_ptr<provider> make(std::string_view provider_name, std::string_view model_id);
@@ -136,6 +139,7 @@ class app_catalog final : public model_catalog {
     std::shared_ptr<provider> faux_;
     std::unique_ptr<models_config> models_;
     std::shared_ptr<file_auth_storage> auth_;
+    std::shared_ptr<limit_store> shared_;
     std::vector<std::pair<std::string, std::shared_ptr<provider>>> cache_;  // selector → provider
 };
 

@@ -44,20 +44,29 @@ class file_auth_storage final : public auth_storage {
                                std::shared_ptr<spdlog::logger> logger = nullptr);
 
     /// The session keeps the credential it started with (the first unblocked one when it first
-    /// asks; with all blocked, the one free soonest) until a usage limit switches it.
+    /// asks; with all blocked, the one free soonest) until a usage limit switches it, or, with a
+    /// shared store (share_limits), until the store says it is blocked and another is free.
     std::string api_key(std::string_view provider, std::string_view session_id) override;
 
     /// Blocks the session's credential until now + retry_after_ms (60 s without a hint; an
     /// existing later block is kept), persists it, and switches the session to another
-    /// unblocked credential if there is one (returns true). False when the session used no
-    /// stored credential (a key from models.json or the environment) or none other is free.
+    /// unblocked credential if there is one (returns true; with none free the session keeps its
+    /// credential, or, with a shared store, moves to the one free soonest). False when the
+    /// session used no stored credential (a key from models.json or the environment) or none
+    /// other is free. With a shared store the block is recorded there too.
     bool mark_usage_limit_reached(std::string_view provider, std::string_view session_id,
                                   std::optional<std::int64_t> retry_after_ms) override;
+    /// The session ended: its choices are forgotten, its leases released (§11.31).
+    void end_session(std::string_view session_id) override;
 
     /// Stored api_key credentials of `provider` (after re-reading a changed file).
     std::size_t credential_count(std::string_view provider);
     /// blockedUntil of credential `index` (0: not blocked), as the file says now.
     std::int64_t blocked_until(std::string_view provider, std::size_t index);
+
+    /// The blocks the file holds now (after re-reading a changed file), by fingerprint, for
+    /// `coagent limits`; ends clamped to 7 days, the ended ones left out.
+    std::vector<credential_block> blocks();
 
     const std::filesystem::path& file() const noexcept { return file_; }
 
@@ -73,21 +82,25 @@ class file_auth_storage final : public auth_storage {
     /// each once, in file order: kept (also when the file is rewritten), not used.
     const std::vector<settings_warning>& warnings() const noexcept { return warnings_; }
 
-    static constexpr std::int64_t default_block_ms = 60'000;
+    static constexpr std::int64_t default_block_ms = default_usage_block_ms;
     /// The longest block stored or honoured: 7 days. A server hint beyond it (Retry-After:
     /// 99999999999) blocks for 7 days; a stored block further away counts as 7 days from now.
-    static constexpr std::int64_t max_block_ms = std::int64_t{7} * 24 * 60 * 60 * 1000;
+    static constexpr std::int64_t max_block_ms = max_usage_block_ms;
 
   private:
     struct credential {
         std::string key;
+        std::string fingerprint;
         std::int64_t blocked_until = 0;
     };
     using table = std::map<std::string, std::vector<credential>, std::less<>>;
 
     void refresh_locked();  // re-reads the file if it changed (mutex_ held)
     static std::int64_t effective_block(std::int64_t blocked_until, std::int64_t now);
-    static std::size_t pick(const std::vector<credential>& creds, std::int64_t now);
+    // the choice's view of `creds`: the file's blocks and the shared store's (mutex_ held)
+    std::vector<credential_state> states(std::string_view provider,
+                                         const std::vector<credential>& creds,
+                                         std::int64_t now) const;
 
     std::filesystem::path file_;
     std::function<std::int64_t()> now_ms_;

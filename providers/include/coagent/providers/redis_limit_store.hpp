@@ -1,6 +1,7 @@
 #pragma once
 // redis_limit_store: the limit store of limits.store "redis" (docs/limits.md): the retry budget
-// per provider shared by every process that uses the same Redis and key prefix. Decisions are
+// per provider, credential blocks and model cooldowns shared by every process that uses the
+// same Redis and key prefix (block and cooldown ends dated by Redis's clock). Decisions are
 // taken from a local copy at once; updates go to Redis in the background as Lua scripts
 // (EVALSHA, EVAL when the script is not cached) and come back from the other processes by
 // pub/sub, with a full re-read every few seconds as a backstop. Commands are formatted by
@@ -32,6 +33,7 @@ struct redis_limit_store_options {
     std::chrono::milliseconds resync{3000};            ///< the full re-read
     std::chrono::milliseconds deposit_interval{1000};  ///< batched deposits: at most one write
     std::chrono::milliseconds max_backoff{5000};       ///< between reconnection attempts
+    std::chrono::milliseconds lease_ttl{10000};        ///< a dead process's leases go after this
 };
 
 class redis_limit_store final : public limit_store {
@@ -50,6 +52,21 @@ class redis_limit_store final : public limit_store {
     bool budget_on_failure(std::string_view provider, const retry_budget_settings& s) override;
     void budget_on_success(std::string_view provider, const retry_budget_settings& s) override;
     std::vector<budget_level> budget_levels() const override;
+    void block_credential(std::string_view provider, std::string_view fingerprint,
+                          std::int64_t until_ms, std::int64_t now_ms) override;
+    std::int64_t credential_blocked_until(std::string_view provider,
+                                          std::string_view fingerprint) const override;
+    void cool_down_model(std::string_view model, std::int64_t until_ms,
+                         std::int64_t now_ms) override;
+    std::int64_t model_cooldown_until(std::string_view model) const override;
+    std::vector<credential_block> credential_blocks(std::int64_t now_ms) const override;
+    std::vector<model_cooldown> model_cooldowns(std::int64_t now_ms) const override;
+    void lease_credential(std::string_view provider, std::string_view fingerprint,
+                          std::string_view session) override;
+    void release_credential(std::string_view provider, std::string_view session) override;
+    std::int64_t credential_sessions(std::string_view provider,
+                                     std::string_view fingerprint) const override;
+    std::vector<credential_lease_count> credential_leases() const override;
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "redis"; }
     bool connected() const noexcept override;

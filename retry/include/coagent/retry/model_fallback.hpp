@@ -15,6 +15,8 @@
 //   unless retry.fallbackRevertPolicy is "never".
 // - retry_fallback_succeeded (once, on the first successful reply after a switch) is the run
 //   policy's (session/run_policy.hpp): it is an event of the retry chain.
+// - Cooldowns set elsewhere (other sessions or processes of a shared limit store, §11.30) count
+//   as this session's own, when share() gave a way to read them.
 
 #include <coagent/runtime/event.hpp>
 #include <coagent/runtime/settings.hpp>
@@ -51,15 +53,22 @@ class model_fallback {
 
     bool active() const noexcept { return !primary_.empty(); }
     const std::string& primary() const noexcept { return primary_; }
-    /// When `selector` comes back (epoch ms); 0 if it is not put aside.
-    std::int64_t suppressed_until(std::string_view selector) const noexcept;
+    /// When `selector` comes back (epoch ms); 0 if it is not put aside. The later of this
+    /// session's cooldown and the shared one.
+    std::int64_t suppressed_until(std::string_view selector) const;
+
+    /// Reads the cooldowns set elsewhere: `shared(selector)` → until (epoch ms, 0: none).
+    void share(std::function<std::int64_t(std::string_view)> shared) {
+        shared_ = std::move(shared);
+    }
 
   private:
-    bool suppressed(std::string_view selector, std::int64_t now_ms) const noexcept {
+    bool suppressed(std::string_view selector, std::int64_t now_ms) const {
         return suppressed_until(selector) > now_ms;
     }
 
     std::vector<std::pair<std::string, std::int64_t>> suppressed_;  // selector → until
+    std::function<std::int64_t(std::string_view)> shared_;
     std::string primary_;  // the model the chain was entered from; empty: no fallback active
     std::string role_;
 };

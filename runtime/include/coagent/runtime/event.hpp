@@ -74,7 +74,7 @@ struct auto_retry_start_event {
 /// A request too large for the provider (413 / request_too_large) while the context held
 /// images: all but the newest were replaced by a placeholder in the context requests are built
 /// from (the session file keeps them), and the turn is tried once more (docs/retry-policy.md
-/// §11.30).
+/// §11.33).
 struct images_omitted_event {
     std::int64_t omitted = 0;   ///< images replaced by the placeholder
     std::string error_message;  ///< the failed reply's error

@@ -65,8 +65,10 @@ struct session_options {
     std::string system_prompt;
     std::shared_ptr<spdlog::logger> logger;  ///< default: warnings to stderr
     std::function<std::int64_t()> now_ms;    ///< epoch ms for dated retry hints
-    /// optional: the limit state shared with other sessions (retry.budget); default: one local
-    /// store per process (process_limit_store())
+    /// optional: the limit state shared with other sessions (docs/limits.md): the retry budget
+    /// and the fallback chain's model cooldowns (credential blocks are shared by the auth
+    /// storage given the same store, auth_storage::share_limits). Default: the budget in one
+    /// local store per process (process_limit_store()), cooldowns kept by the session alone.
     std::shared_ptr<limit_store> limits;
     /// optional: told of prompts, chats, attempts and decisions (docs/observability.md)
     std::shared_ptr<coagent::telemetry> telemetry;
@@ -397,6 +399,9 @@ class agent_session : private event_sink {
     prompt_result last_result() const { return last_result_ ? *last_result_ : prompt_result{}; }
 
     std::vector<message_ptr> messages_;
+    // the codec's text of each message, kept between requests (created at the first request
+    // of two messages or more: a session parked in its first backoff has none)
+    mutable std::unique_ptr<wire_fragments> fragments_;
     session_history history_;
     detail::prompt_queue queue_;  // steer / follow_up messages and their parked prompts
     std::uint64_t next_prompt_id_ = 1;
@@ -404,7 +409,6 @@ class agent_session : private event_sink {
 
     listener_list<const event&> listeners_;
 
-    // what many sessions never set, out of line, created on first use: a parked session stays small
     // what many sessions never set, out of line, created on first use (a parked session stays
     // small); defined in session/src/session_parts.hpp
     struct rare_members;

@@ -23,6 +23,42 @@ struct tool_definition {
     json::object parameters;  // JSON schema
 };
 
+/// A request body resends the whole conversation on every turn. A codec keeps the text it wrote
+/// for each message here and copies it on the next request when the message at that position
+/// is still the same object (messages are immutable once in the history) and the wire format is
+/// the same. Owned by the session that sends the requests, one request at a time. The newest
+/// message of a request is not kept: it may be a prefill or a prompt sent once, and a session
+/// of one message (parked in its first backoff) keeps nothing.
+class wire_fragments {
+  public:
+    /// The text kept for message `i` of a request, if it was written for `m` in `format`.
+    const std::string* find(std::size_t i, const message_ptr& m, int format) const {
+        if (i >= entries_.size()) return nullptr;
+        const entry& e = entries_[i];
+        return e.msg == m && e.format == format ? &e.text : nullptr;
+    }
+    void keep(std::size_t i, message_ptr m, int format, std::string_view text) {
+        if (entries_.size() <= i) entries_.resize(i + 1);
+        entry& e = entries_[i];
+        e.msg = std::move(m);
+        e.format = format;
+        e.text.assign(text);
+    }
+    /// Forgets the positions from `n` on (the conversation got shorter: compaction, a drop).
+    void trim(std::size_t n) {
+        if (entries_.size() > n) entries_.resize(n);
+    }
+    std::size_t size() const noexcept { return entries_.size(); }
+
+  private:
+    struct entry {
+        message_ptr msg;  // held: its address cannot be reused by another message
+        int format = -1;
+        std::string text;
+    };
+    std::vector<entry> entries_;
+};
+
 /// What is sent: the context with failed (error / aborted) assistant messages removed.
 struct provider_request {
     model_info model;
@@ -30,6 +66,8 @@ struct provider_request {
     std::vector<message_ptr> messages;
     std::vector<tool_definition> tools;
     std::string session_id;
+    /// Where the codec keeps each message's text between requests; none: written every time.
+    wire_fragments* fragments = nullptr;
     /// thinkingLevel: how much the model thinks; the wire formats send it only when
     /// effective_thinking_level() says so.
     thinking_level thinking = thinking_level::off;

@@ -78,7 +78,7 @@ struct run_action {
         run_queued,    ///< the prompt is over; the next queued message runs (a new logical prompt)
         settle,        ///< the busy period is over: agent_settled, prompts complete with result()
         summary_done,  ///< the summary request's reply is final (summary_cancelled() says why)
-        /// 413 with images (§11.30): drop the failed reply, replace all but the newest image of
+        /// 413 with images (§11.33): drop the failed reply, replace all but the newest image of
         /// the context with omitted_image_text, then run
         omit_images,
         /// retry.longWait "park": wait `delay_ms` (to the wake, `until_ms` + spread), then
@@ -277,7 +277,7 @@ class run_policy {
     bool abort_requested_ : 1 = false;
     bool over_threshold_ : 1 = false;
     bool has_queued_ : 1 = false;
-    bool images_omitted_ : 1 = false;  // §11.30: this prompt already omitted images
+    bool images_omitted_ : 1 = false;  // §11.33: this prompt already omitted images
     std::int64_t images_ = 0;          // the last run's request images
 };
 
