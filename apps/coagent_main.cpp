@@ -187,6 +187,14 @@ int main(int argc, char** argv) {
                    "Faux provider: append one JSON line per request received to FILE");
     app.add_option("--trace-file", trace_file,
                    "Append span records (JSON lines: prompts, model calls, attempts) to FILE");
+    std::vector<std::string> image_files;
+    app.add_option("--image", image_files,
+                   "Print and json mode: attach the image in FILE (PNG, JPEG, GIF or WebP) to "
+                   "the prompt; repeatable")
+        ->type_name("FILE")
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     std::string faux_window;  // checked below, with an error that says what is allowed
     app.add_option("--faux-context-window", faux_window,
                    "Faux provider: context window in tokens (a whole number, at least 1)");
@@ -385,6 +393,17 @@ int main(int argc, char** argv) {
     }
     if (o.mode == coagent::app_mode::rpc && o.message)
         return both("--mode rpc", "a message", "RPC mode takes its prompts as commands");
+    if (!image_files.empty() && o.mode != coagent::app_mode::print &&
+        o.mode != coagent::app_mode::json)
+        return both("--image", o.mode == coagent::app_mode::rpc ? "--mode rpc" : "interactive mode",
+                    "--image attaches images to the -p prompt (RPC: the prompt command's "
+                    "images)");
+    try {
+        for (const auto& f : image_files) o.images.push_back(coagent::load_image_file(f));
+    } catch (const coagent::config_error& e) {
+        std::cerr << "coagent: " << e.what() << "\n";
+        return 2;
+    }
 
     try {
         boost::asio::io_context io;

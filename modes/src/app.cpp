@@ -18,6 +18,7 @@
 #include <array>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
@@ -27,6 +28,40 @@
 #include <iostream>
 
 namespace coagent {
+
+image_block load_image_file(const std::filesystem::path& file) {
+    const std::string name = "--image " + file.string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+        throw config_error(
+            name + ": " +
+            (std::filesystem::exists(file, ec) ? "not a regular file" : "no such file"));
+    const auto size = std::filesystem::file_size(file, ec);
+    if (ec) throw config_error(name + ": cannot read: " + ec.message());
+    if (size > max_image_file_bytes)
+        throw config_error(name + ": " + std::to_string(size) + " bytes, more than the " +
+                           std::to_string(max_image_file_bytes) + " an image may have");
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes(static_cast<std::size_t>(size), '\0');
+    if (!in || !in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+        throw config_error(name + ": cannot read: " + std::strerror(errno));
+    // the type from the first bytes (a name can lie)
+    const auto starts = [&](std::string_view magic, std::size_t at = 0) {
+        return bytes.size() >= at + magic.size() && bytes.compare(at, magic.size(), magic) == 0;
+    };
+    std::string mime;
+    if (starts("\x89PNG\r\n\x1a\n"))
+        mime = "image/png";
+    else if (starts("\xff\xd8\xff"))
+        mime = "image/jpeg";
+    else if (starts("GIF87a") || starts("GIF89a"))
+        mime = "image/gif";
+    else if (starts("RIFF") && starts("WEBP", 8))
+        mime = "image/webp";
+    else
+        throw config_error(name + ": not a PNG, JPEG, GIF or WebP image");
+    return image_block{base64_encode(bytes), std::move(mime)};
+}
 
 namespace fs = std::filesystem;
 

@@ -102,17 +102,17 @@ int run_print_mode(app_context& app) {
     std::optional<prompt_result> result;
     std::exception_ptr failure;
     // an open park of a continued session is re-entered first; the message runs after it
-    const auto run = [](agent_session& s,
-                        std::string text) -> boost::asio::awaitable<prompt_result> {
+    const auto run = [](agent_session& s, std::string text,
+                        std::vector<image_block> images) -> boost::asio::awaitable<prompt_result> {
         if (s.open_park_in_history()) {
             prompt_result parked_result = co_await s.resume_park();
             if (parked_result.outcome != prompt_result::status::succeeded) co_return parked_result;
             if (parked_result.last_assistant)
                 std::cout << text_of(*parked_result.last_assistant) << std::endl;
         }
-        co_return co_await s.prompt(std::move(text));
+        co_return co_await s.prompt(std::move(text), std::move(images));
     };
-    boost::asio::co_spawn(io, run(*session, *app.options().message),
+    boost::asio::co_spawn(io, run(*session, *app.options().message, app.options().images),
                           [&](std::exception_ptr e, prompt_result r) {
                               failure = e;
                               result = std::move(r);

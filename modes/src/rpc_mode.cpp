@@ -128,14 +128,15 @@ class rpc_server {
     /// started yet (so two prompts in one read are not both accepted).
     bool busy() const noexcept { return session_->is_busy() || launching_ > 0; }
 
-    void launch_prompt(std::string text, streaming_behavior b) {
+    void launch_prompt(std::string text, std::vector<image_block> images, streaming_behavior b) {
         ++launching_;
         ++tasks_;
-        asio::co_spawn(io_, run_prompt(session_, std::move(text), b), [this](std::exception_ptr e) {
-            --tasks_;
-            if (e) log_exception("prompt", e);
-            maybe_finish();
-        });
+        asio::co_spawn(io_, run_prompt(session_, std::move(text), std::move(images), b),
+                       [this](std::exception_ptr e) {
+                           --tasks_;
+                           if (e) log_exception("prompt", e);
+                           maybe_finish();
+                       });
     }
 
     void launch_resume_park() {
@@ -152,11 +153,11 @@ class rpc_server {
     }
 
     asio::awaitable<void> run_prompt(std::shared_ptr<agent_session> s, std::string text,
-                                     streaming_behavior b) {
+                                     std::vector<image_block> images, streaming_behavior b) {
         --launching_;
         if (shutting_down_) co_return;
         // no suspension between the decrement and prompt() marking the session busy
-        prompt_result r = co_await s->prompt(std::move(text), b);
+        prompt_result r = co_await s->prompt(std::move(text), std::move(images), b);
         if (r.outcome == prompt_result::status::refused)
             log_->warn("rpc mode: an accepted prompt was refused by the session: {}", r.error);
     }
@@ -276,22 +277,22 @@ class rpc_server {
                         // the chain and the next attempt goes out at once (issue 26)
                         if (launching_ == 0 && session_->can_join_backoff()) {
                             ok(c);  // the response goes out before the message's events
-                            session_->join_backoff(std::move(c.message));
+                            session_->join_backoff(std::move(c.message), std::move(c.images));
                             return;
                         }
                         fail(c, busy_refusal);
                         return;
                     }
                     ok(c);  // the response goes out before the prompt's first event
-                    launch_prompt(std::move(c.message), b);
+                    launch_prompt(std::move(c.message), std::move(c.images), b);
                     return;
                 }
                 case k::steer:
                 case k::follow_up:
                     ok(c);
-                    launch_prompt(std::move(c.message), c.kind == k::steer
-                                                            ? streaming_behavior::steer
-                                                            : streaming_behavior::follow_up);
+                    launch_prompt(std::move(c.message), std::move(c.images),
+                                  c.kind == k::steer ? streaming_behavior::steer
+                                                     : streaming_behavior::follow_up);
                     return;
                 case k::abort:
                     session_->abort();
@@ -345,6 +346,30 @@ class rpc_server {
                         return;
                     }
                     ok(c, to_json(session_->model()));
+                    return;
+                }
+                case k::set_thinking_level: {
+                    // kept for the session; a model that does not reason ignores it (a note)
+                    const std::string note = session_->set_thinking_level(c.level);
+                    json::object d;
+                    d["level"] = to_string(session_->thinking_level_in_use());
+                    if (!note.empty()) d["note"] = note;
+                    ok(c, std::move(d));
+                    return;
+                }
+                case k::cycle_thinking_level: {
+                    // the reference: null for a model that does not reason, else the next level
+                    if (!session_->model().reasoning) {
+                        ok(c, json::value(nullptr));
+                        return;
+                    }
+                    const auto next = static_cast<thinking_level>(
+                        (static_cast<std::size_t>(session_->configured_thinking_level()) + 1) %
+                        std::size(thinking_level_names));
+                    session_->set_thinking_level(next);
+                    json::object d;
+                    d["level"] = to_string(next);
+                    ok(c, std::move(d));
                     return;
                 }
                 case k::get_available_models: {
@@ -422,6 +447,7 @@ class rpc_server {
         const auto& s = *session_;
         json::object d;
         d["model"] = to_json(s.model());
+        d["thinkingLevel"] = to_string(s.thinking_level_in_use());
         d["isStreaming"] = s.is_streaming();
         d["isCompacting"] = s.is_compacting();
         d["isRetrying"] = s.is_retrying();

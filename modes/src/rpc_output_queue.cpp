@@ -23,7 +23,9 @@ void output_queue::push_line(std::string_view line) {
 void output_queue::push_event(const event& e) {
     if (const auto* u = std::get_if<message_update_event>(&e); u && u->message) {
         const std::size_t block = locate(*u);
-        if (bytes() > limits_.merge_above && try_merge(*u, block)) return;
+        // only text deltas merge (a merged update is written as a text_delta)
+        if (u->kind == delta_kind::text && bytes() > limits_.merge_above && try_merge(*u, block))
+            return;
         freeze();
         const std::size_t before = pending_.size();
         append_json(pending_, e);

@@ -111,7 +111,7 @@ struct name_entry {
     std::string_view name;
 };
 
-constexpr std::array<name_entry, 17> command_names{{
+constexpr std::array<name_entry, 19> command_names{{
     {command_kind::prompt, "prompt"},
     {command_kind::steer, "steer"},
     {command_kind::follow_up, "follow_up"},
@@ -129,6 +129,8 @@ constexpr std::array<name_entry, 17> command_names{{
     {command_kind::get_available_models, "get_available_models"},
     {command_kind::get_session_stats, "get_session_stats"},
     {command_kind::set_session_name, "set_session_name"},
+    {command_kind::set_thinking_level, "set_thinking_level"},
+    {command_kind::cycle_thinking_level, "cycle_thinking_level"},
 }};
 
 /// Compact JSON of a value for an error message, cut at 80 characters.
@@ -194,15 +196,49 @@ class fields {
         }
         return v->get_bool();
     }
-    /// images are not supported: an absent, null or empty array is fine.
-    void no_images() {
+    /// `images`: absent, null, or an array of {type?:"image", data:<base64>, mimeType:"image/…"}
+    /// (the reference's ImageContent); each error names the element and its field.
+    std::vector<image_block> images() {
+        std::vector<image_block> out;
         const json::value* v = o_.if_contains("images");
-        if (!v || v->is_null()) return;
+        if (!v || v->is_null()) return out;
         if (!v->is_array()) {
             wrong("images", "an array", *v);
-            return;
+            return out;
         }
-        if (!v->get_array().empty()) fail("Field \"images\": images are not supported yet");
+        const auto& a = v->get_array();
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            const std::string at = "images[" + std::to_string(i) + "]";
+            if (!a[i].is_object()) {
+                wrong(at, "an object {type:\"image\",data,mimeType}", a[i]);
+                return out;
+            }
+            const auto& io = a[i].get_object();
+            if (const auto* t = io.if_contains("type");
+                t && !(t->is_string() && t->get_string() == "image")) {
+                wrong(at + ".type", "\"image\"", *t);
+                return out;
+            }
+            image_block im;
+            for (auto [key, dest] : {std::pair{"data", &im.data}, {"mimeType", &im.mime_type}}) {
+                const json::value* f = io.if_contains(key);
+                if (!f) {
+                    fail("Missing field \"" + at + "." + key + "\" (a string)");
+                    return out;
+                }
+                if (!f->is_string()) {
+                    wrong(at + "." + key, "a string", *f);
+                    return out;
+                }
+                *dest = f->get_string();
+            }
+            if (auto e = image_error(im)) {
+                fail("Field \"" + at + "\": " + *e);
+                return out;
+            }
+            out.push_back(std::move(im));
+        }
+        return out;
     }
     void fail(std::string e) {
         if (!error) error = std::move(e);
@@ -290,7 +326,7 @@ parse_result parse_command(std::string_view line) {
     switch (c.kind) {
         case command_kind::prompt: {
             c.message = f.required_string("message");
-            f.no_images();
+            c.images = f.images();
             if (auto b = f.optional_string("streamingBehavior")) {
                 if (*b == "steer")
                     c.behavior = streaming_behavior::steer;
@@ -305,7 +341,7 @@ parse_result parse_command(std::string_view line) {
         case command_kind::steer:
         case command_kind::follow_up:
             c.message = f.required_string("message");
-            f.no_images();
+            c.images = f.images();
             break;
         case command_kind::set_auto_retry:
         case command_kind::set_auto_compaction:
@@ -317,6 +353,18 @@ parse_result parse_command(std::string_view line) {
         case command_kind::new_session:
             c.parent_session = f.optional_string("parentSession");
             break;
+        case command_kind::set_thinking_level: {
+            const std::string level = f.required_string("level");
+            if (f.error) break;
+            if (auto l = thinking_level_from_string(level))
+                c.level = *l;
+            else
+                f.fail(
+                    "Field \"level\" must be one of off, minimal, low, medium, high, xhigh, "
+                    "found " +
+                    shown(o.at("level")));
+            break;
+        }
         case command_kind::set_model:
             c.provider = f.required_string("provider");
             c.model_id = f.required_string("modelId");
@@ -332,6 +380,7 @@ parse_result parse_command(std::string_view line) {
         case command_kind::get_last_assistant_text:
         case command_kind::get_available_models:
         case command_kind::get_session_stats:
+        case command_kind::cycle_thinking_level:
             break;
     }
     if (f.error) return command_error{c.id, name, std::move(*f.error)};
@@ -342,8 +391,20 @@ json::object to_json(const command& c) {
     using k = command_kind;
     json::object o;
     o["type"] = to_string(c.kind);
-    if (c.kind == k::prompt || c.kind == k::steer || c.kind == k::follow_up)
+    if (c.kind == k::prompt || c.kind == k::steer || c.kind == k::follow_up) {
         o["message"] = c.message;
+        if (!c.images.empty()) {
+            json::array images;
+            for (const auto& im : c.images) {
+                json::object io;
+                io["type"] = "image";
+                io["data"] = im.data;
+                io["mimeType"] = im.mime_type;
+                images.emplace_back(std::move(io));
+            }
+            o["images"] = std::move(images);
+        }
+    }
     if (c.kind == k::prompt && c.behavior == streaming_behavior::steer)
         o["streamingBehavior"] = "steer";
     if (c.kind == k::prompt && c.behavior == streaming_behavior::follow_up)
@@ -357,6 +418,7 @@ json::object to_json(const command& c) {
         o["modelId"] = c.model_id;
     }
     if (c.kind == k::set_session_name) o["name"] = c.name;
+    if (c.kind == k::set_thinking_level) o["level"] = to_string(c.level);
     if (c.id) o["id"] = *c.id;
     return o;
 }

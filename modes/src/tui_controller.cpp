@@ -179,8 +179,12 @@ void tui_controller::on_event(const event& e, time_point now) {
             add(transcript_item::kind::user, std::move(text));
         }
     } else if (const auto* mu = std::get_if<message_update_event>(&e)) {
-        if (!streaming_) {
-            add(transcript_item::kind::assistant, {});
+        // thinking and reply text are items of their own: a thinking delta after text (or text
+        // after thinking) starts the next item
+        const auto k = mu->kind == delta_kind::thinking ? transcript_item::kind::thinking
+                                                        : transcript_item::kind::assistant;
+        if (!streaming_ || transcript_.empty() || transcript_.back().type != k) {
+            add(k, {});
             streaming_ = true;
         }
         transcript_.back().text.append(mu->delta);

@@ -10,6 +10,23 @@ namespace coagent::tui {
 
 namespace {
 
+// thinking folded to one line: "✻ Thinking: <its text, line breaks as spaces>", cut to `width`
+// with "…"
+std::string folded_thinking(std::string_view text, int width) {
+    std::string line = "\u273b Thinking: ";
+    bool space = false;
+    for (const char c : text) {
+        if (c == '\n' || c == '\r' || c == '\t' || c == ' ') {
+            space = true;
+            continue;
+        }
+        if (space && line.size() > 14) line.push_back(' ');
+        space = false;
+        line.push_back(c);
+    }
+    return truncate_to_width(sanitize(line), width);
+}
+
 std::string_view strip_trailing_newlines(std::string_view s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
         s.remove_suffix(1);
@@ -30,6 +47,8 @@ row_style style_of(transcript_item::kind k) noexcept {
             return row_style::notice;
         case transcript_item::kind::tool:
             return row_style::tool;
+        case transcript_item::kind::thinking:
+            return row_style::notice;  // dimmed
     }
     return row_style::plain;
 }
@@ -57,6 +76,17 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
             item_offset_ = 0;
             item_rows_ = 0;
             item_blocks_ = 0;
+        }
+        if (item.type == transcript_item::kind::thinking) {
+            screen_row r{folded_thinking(item.text, w), st};
+            if (live) {
+                stream_rows = {std::move(r)};
+                return;
+            }
+            commit.push_back(std::move(r));
+            ++committed_items_;
+            item_started_ = false;
+            continue;
         }
         if (markdown_ && item.type == transcript_item::kind::assistant) {
             // parsed from the first block not printed yet (item_offset_): the blocks before it

@@ -62,10 +62,25 @@ std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t 
     return {line, col};
 }
 
-constexpr std::string_view known_fields[] = {
-    "status",           "headers", "body",     "text",     "chunks", "usage",   "cutAfterChunks",
-    "stallAfterChunks", "stallMs", "sseError", "toolCall", "times",  "delayMs", "chunkDelayMs",
-    "forConversations", "failFor"};
+constexpr std::string_view known_fields[] = {"status",
+                                             "headers",
+                                             "body",
+                                             "text",
+                                             "chunks",
+                                             "usage",
+                                             "cutAfterChunks",
+                                             "stallAfterChunks",
+                                             "stallMs",
+                                             "sseError",
+                                             "toolCall",
+                                             "times",
+                                             "delayMs",
+                                             "chunkDelayMs",
+                                             "forConversations",
+                                             "failFor",
+                                             "thinking",
+                                             "signature",
+                                             "redactedThinking"};
 
 // failFor's own fields: the window and the answer of a status step
 constexpr std::string_view fail_for_fields[] = {"ms", "status", "headers", "body"};
@@ -99,7 +114,8 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
                            "unknown field \"" + std::string(kv.key()) +
                                "\" (known: status, headers, body, text, chunks, usage, "
                                "cutAfterChunks, stallAfterChunks, stallMs, sseError, toolCall, "
-                               "times, delayMs, chunkDelayMs, forConversations, failFor)");
+                               "times, delayMs, chunkDelayMs, forConversations, failFor, "
+                               "thinking, signature, redactedThinking)");
         if (const auto* f = o.if_contains("failFor")) {
             // {"failFor":{"ms":N,"status":S,"headers"?,"body"?},"delayMs"?}: a time window in
             // which every request gets the status answer (docs/fakellm.md)
@@ -287,6 +303,25 @@ std::vector<step> syntax::parse_steps(std::string_view text, const std::string& 
                 s.tool_arguments = a->get_object();
             }
         }
+        for (auto [key, dest] : {std::pair{"thinking", &s.thinking},
+                                 std::pair{"redactedThinking", &s.redacted_thinking}}) {
+            const auto* t = o.if_contains(key);
+            if (!t) continue;
+            if (s.type == step::kind::status)
+                step_error(source, i, "\"" + std::string(key) + "\" belongs to streamed steps");
+            if (!t->is_string())
+                step_error(source, i,
+                           "\"" + std::string(key) + "\" must be a string, found " + shown(*t));
+            *dest = std::string(t->get_string());
+        }
+        if (s.thinking && s.redacted_thinking)
+            step_error(source, i, "\"thinking\" cannot be combined with \"redactedThinking\"");
+        if (const auto* sg = o.if_contains("signature")) {
+            if (!s.thinking) step_error(source, i, "\"signature\" needs \"thinking\"");
+            if (!sg->is_string())
+                step_error(source, i, "\"signature\" must be a string, found " + shown(*sg));
+            s.signature = sg->get_string();
+        }
         if (o.contains("times"))
             s.times = static_cast<int>(
                 int_field(o, "times", 1, 1'000'000'000, source, i, "an integer from 1 to 1e9"));
@@ -339,6 +374,8 @@ json::object to_json(const request_record& r) {
     json::array roles;
     for (const auto& role : r.roles) roles.emplace_back(role);
     o["roles"] = std::move(roles);
+    o["images"] = r.images;
+    o["thinking"] = r.thinking;
     o["status"] = r.status;
     return o;
 }
@@ -546,6 +583,49 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
         ev["message"] = std::move(msg);
         p.head.push_back(event_block("message_start", ev));
     }
+    // a thinking block first (index 0): its start, its thinking in deltas, its signature
+    const bool has_thinking = s.thinking || s.redacted_thinking;
+    const int index = has_thinking ? 1 : 0;  // the reply's block
+    if (has_thinking) {
+        json::object block;
+        if (s.redacted_thinking) {
+            block["type"] = "redacted_thinking";
+            block["data"] = *s.redacted_thinking;
+        } else {
+            block["type"] = "thinking";
+            block["thinking"] = "";
+            block["signature"] = "";
+        }
+        json::object ev;
+        ev["type"] = "content_block_start";
+        ev["index"] = 0;
+        ev["content_block"] = std::move(block);
+        p.head.push_back(event_block("content_block_start", ev));
+        if (s.thinking) {
+            for (const auto& piece : split_chunks(*s.thinking, std::nullopt)) {
+                json::object delta;
+                delta["type"] = "thinking_delta";
+                delta["thinking"] = piece;
+                json::object d;
+                d["type"] = "content_block_delta";
+                d["index"] = 0;
+                d["delta"] = std::move(delta);
+                p.head.push_back(event_block("content_block_delta", d));
+            }
+            json::object delta;
+            delta["type"] = "signature_delta";
+            delta["signature"] = s.signature.empty() ? "fakellm-signature-" + n : s.signature;
+            json::object d;
+            d["type"] = "content_block_delta";
+            d["index"] = 0;
+            d["delta"] = std::move(delta);
+            p.head.push_back(event_block("content_block_delta", d));
+        }
+        json::object stop;
+        stop["type"] = "content_block_stop";
+        stop["index"] = 0;
+        p.head.push_back(event_block("content_block_stop", stop));
+    }
     const bool has_block = tool || !s.text.empty() || s.type == step::kind::text;
     if (has_block) {
         json::object block;
@@ -560,7 +640,7 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
         }
         json::object ev;
         ev["type"] = "content_block_start";
-        ev["index"] = 0;
+        ev["index"] = index;
         ev["content_block"] = std::move(block);
         p.head.push_back(event_block("content_block_start", ev));
     }
@@ -580,7 +660,7 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
         }
         json::object ev;
         ev["type"] = "content_block_delta";
-        ev["index"] = 0;
+        ev["index"] = index;
         ev["delta"] = std::move(delta);
         fill_chunks(event_block("content_block_delta", ev), pieces, p.chunks);
     }
@@ -597,7 +677,7 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
     if (has_block) {
         json::object ev;
         ev["type"] = "content_block_stop";
-        ev["index"] = 0;
+        ev["index"] = index;
         p.tail.push_back(event_block("content_block_stop", ev));
     }
     {

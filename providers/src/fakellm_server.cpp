@@ -173,6 +173,24 @@ std::string first_text(const json::object& m) {
     return {};
 }
 
+// Counts the image and thinking blocks of a request message into `r`: Anthropic `image` and
+// `thinking` / `redacted_thinking` blocks (also images inside a tool_result's content), OpenAI
+// `image_url` parts.
+void count_blocks(const json::object& m, request_record& r) {
+    const auto* c = m.if_contains("content");
+    if (!c || !c->is_array()) return;
+    for (const auto& b : c->get_array()) {
+        const auto* bo = b.if_object();
+        if (!bo) continue;
+        const auto* t = bo->if_contains("type");
+        if (!t || !t->is_string()) continue;
+        const auto type = t->get_string();
+        if (type == "image" || type == "image_url") ++r.images;
+        if (type == "thinking" || type == "redacted_thinking") ++r.thinking;
+        if (type == "tool_result") count_blocks(*bo, r);
+    }
+}
+
 // Reads what the request says about itself into `r`; returns an error text if the body is not
 // a JSON object.
 std::string inspect(const http::request<http::string_body>& req, request_record& r) {
@@ -197,6 +215,7 @@ std::string inspect(const http::request<http::string_body>& req, request_record&
                 r.roles.emplace_back(role->get_string());
                 if (r.conversation.empty() && role->get_string() == "user")
                     r.conversation = first_text(m.get_object());
+                count_blocks(m.get_object(), r);
             }
     return {};
 }

@@ -150,7 +150,8 @@ void faux_provider::record(const provider_request& req) {
     for (const auto& m : req.messages)
         r.messages.push_back(
             {std::string(to_string(m->role)), text_of(*m),
-             m->role == message_role::assistant ? std::string(to_string(m->stop)) : ""});
+             m->role == message_role::assistant ? std::string(to_string(m->stop)) : "",
+             image_count(*m)});
     std::lock_guard lock(mutex_);
     if (log_) {
         json::object line;
@@ -161,6 +162,7 @@ void faux_provider::record(const provider_request& req) {
             m["role"] = e.role;
             m["text"] = e.text;
             if (!e.stop_reason.empty()) m["stopReason"] = e.stop_reason;
+            if (e.images) m["images"] = e.images;
             ms.push_back(std::move(m));
         }
         line["messages"] = std::move(ms);

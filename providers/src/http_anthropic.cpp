@@ -11,6 +11,9 @@ namespace detail {
 
 namespace {
 
+// the thinking text of a redacted_thinking block (the reference's)
+constexpr std::string_view redacted_placeholder = "[Reasoning redacted]";
+
 class anthropic_decoder final : public stream_decoder {
   public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
@@ -54,8 +57,32 @@ class anthropic_decoder final : public stream_decoder {
                 out.content.emplace_back(std::move(c));
                 blocks_[idx] = out.content.size() - 1;
                 tool_args_[out.content.size() - 1];
+            } else if (bt->get_string() == "thinking" || bt->get_string() == "redacted_thinking") {
+                // the reference's shapes: a thinking block starts with an empty signature; a
+                // redacted one keeps its payload (`data`) as the signature, opaque
+                if (!new_block(out)) return;
+                thinking_block th;
+                th.signature.emplace();
+                if (bt->get_string() == "redacted_thinking") {
+                    th.redacted = true;
+                    th.thinking = redacted_placeholder;
+                    if (const auto* d = b.if_contains("data"); d && d->is_string()) {
+                        if (!grow(out, d->get_string().size())) return;
+                        th.signature = d->get_string();
+                    }
+                } else {
+                    for (auto [key, dest] : {std::pair{"thinking", &th.thinking},
+                                             std::pair{"signature", &*th.signature}}) {
+                        const auto* v = b.if_contains(key);
+                        if (!v || !v->is_string()) continue;
+                        if (!grow(out, v->get_string().size())) return;
+                        *dest = v->get_string();
+                    }
+                }
+                out.content.emplace_back(std::move(th));
+                blocks_[idx] = out.content.size() - 1;
             }
-            // thinking / redacted_thinking / server tool blocks are not modelled: skipped
+            // server tool blocks are not modelled: skipped
         } else if (type == "content_block_delta") {
             auto it = blocks_.find(int_of(o.if_contains("index")));
             const auto* d = o.if_contains("delta");
@@ -71,6 +98,19 @@ class anthropic_decoder final : public stream_decoder {
                 if (!grow(out, t->get_string().size())) return;
                 std::get<text_block>(out.content[it->second]).text.append(t->get_string());
                 observer.on_text_delta(out, t->get_string());
+            } else if (dt->get_string() == "thinking_delta" ||
+                       dt->get_string() == "signature_delta") {
+                const bool sig = dt->get_string() == "signature_delta";
+                const auto* t = delta.if_contains(sig ? "signature" : "thinking");
+                auto* th = std::get_if<thinking_block>(&out.content[it->second]);
+                if (!t || !t->is_string() || !th || th->redacted) return;
+                if (!grow(out, t->get_string().size())) return;
+                if (sig) {
+                    th->signature.value().append(t->get_string());
+                } else {
+                    th->thinking.append(t->get_string());
+                    observer.on_thinking_delta(out, t->get_string());
+                }
             } else if (dt->get_string() == "input_json_delta") {
                 const auto* p = delta.if_contains("partial_json");
                 if (!p || !p->is_string()) return;
@@ -137,15 +177,22 @@ class anthropic_decoder final : public stream_decoder {
     std::map<std::int64_t, std::size_t> blocks_;  // API block index → content index
 };
 
-// whether the message has a block the API accepts (it rejects empty text blocks)
+// whether block `b` of a message goes to the API: thinking only in assistant messages (an
+// unsigned one, an aborted stream's, as text, as the reference does), images only in user
+// messages, no empty text (the API rejects empty text blocks)
+bool sent(const content_block& b, bool assistant) {
+    if (const auto* t = std::get_if<text_block>(&b)) return !t->text.empty();
+    if (const auto* th = std::get_if<thinking_block>(&b))
+        return assistant && (th->redacted || !trim(th->thinking).empty());
+    if (std::holds_alternative<image_block>(b)) return !assistant;
+    return true;  // a tool call
+}
+
+// whether the message has a block the API accepts
 bool has_blocks(const message& m) {
-    for (const auto& b : m.content) {
-        if (const auto* t = std::get_if<text_block>(&b)) {
-            if (!t->text.empty()) return true;
-        } else if (std::holds_alternative<tool_call_block>(b)) {
-            return true;
-        }
-    }
+    const bool assistant = m.role == message_role::assistant;
+    for (const auto& b : m.content)
+        if (sent(b, assistant)) return true;
     return false;
 }
 
@@ -154,27 +201,67 @@ void tool_result_block(std::string& out, const message& m) {
     out += "{\"type\":\"tool_result\",\"tool_use_id\":";
     jt::append_string(out, m.tool_call_id);
     out += ",\"content\":";
-    with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+    if (image_count(m) == 0) {
+        with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+    } else {
+        // with images: blocks (the reference's convertContentBlocks)
+        out.push_back('[');
+        bool first = true, text = false;
+        for (const auto& b : m.content) text |= std::holds_alternative<text_block>(b);
+        if (!text) {
+            out += R"x({"type":"text","text":"(see attached image)"})x";
+            first = false;
+        }
+        for (const auto& b : m.content) {
+            if (const auto* t = std::get_if<text_block>(&b)) {
+                if (!first) out.push_back(',');
+                first = false;
+                out += "{\"type\":\"text\",\"text\":";
+                jt::append_string(out, t->text);
+                out.push_back('}');
+            } else if (const auto* im = std::get_if<image_block>(&b)) {
+                if (!first) out.push_back(',');
+                first = false;
+                anthropic_image(out, *im);
+            }
+        }
+        out.push_back(']');
+    }
     if (m.is_error) out += ",\"is_error\":true";
     out.push_back('}');
 }
 
 // {"role":…,"content":[…]} of a user or assistant message
 void message_object(std::string& out, const message& m) {
-    out += m.role == message_role::assistant ? "{\"role\":\"assistant\",\"content\":["
-                                             : "{\"role\":\"user\",\"content\":[";
+    const bool assistant = m.role == message_role::assistant;
+    out += assistant ? "{\"role\":\"assistant\",\"content\":[" : "{\"role\":\"user\",\"content\":[";
     bool first_block = true;
     for (const auto& b : m.content) {
+        if (!sent(b, assistant)) continue;
+        if (!first_block) out.push_back(',');
+        first_block = false;
         if (const auto* t = std::get_if<text_block>(&b)) {
-            if (t->text.empty()) continue;
-            if (!first_block) out.push_back(',');
-            first_block = false;
             out += "{\"type\":\"text\",\"text\":";
             jt::append_string(out, t->text);
             out.push_back('}');
+        } else if (const auto* im = std::get_if<image_block>(&b)) {
+            anthropic_image(out, *im);
+        } else if (const auto* th = std::get_if<thinking_block>(&b)) {
+            // the signature (or a redacted block's payload) byte for byte, as received
+            if (th->redacted) {
+                out += R"({"type":"redacted_thinking","data":)";
+                jt::append_string(out, th->signature.value_or(""));
+            } else if (th->signature && !trim(*th->signature).empty()) {
+                out += R"({"type":"thinking","thinking":)";
+                jt::append_string(out, th->thinking);
+                out += R"(,"signature":)";
+                jt::append_string(out, *th->signature);
+            } else {
+                out += R"({"type":"text","text":)";
+                jt::append_string(out, th->thinking);
+            }
+            out.push_back('}');
         } else if (const auto* c = std::get_if<tool_call_block>(&b)) {
-            if (!first_block) out.push_back(',');
-            first_block = false;
             out += "{\"type\":\"tool_use\",\"id\":";
             jt::append_string(out, c->id);
             out += ",\"name\":";
@@ -190,13 +277,45 @@ void message_object(std::string& out, const message& m) {
 
 }  // namespace
 
+std::optional<std::int64_t> thinking_budget(thinking_level level, std::int64_t max_tokens) {
+    std::int64_t budget = 0;
+    switch (level) {
+        case thinking_level::off:
+            return std::nullopt;
+        case thinking_level::minimal:
+            budget = 1024;
+            break;
+        case thinking_level::low:
+            budget = 2048;
+            break;
+        case thinking_level::medium:
+            budget = 8192;
+            break;
+        case thinking_level::high:
+        case thinking_level::xhigh:
+            budget = 16384;
+            break;
+    }
+    // the API wants 1024 <= budget_tokens < max_tokens; leave 1024 tokens for the answer
+    budget = std::min(budget, max_tokens - 1024);
+    if (budget < 1024) return std::nullopt;
+    return budget;
+}
+
 std::string anthropic_body(const provider_request& req) {
     std::string out;
     out.reserve(body_size_hint(req));
     out += "{\"model\":";
     jt::append_string(out, req.model.id);
     out += ",\"max_tokens\":";
-    jt::append_int(out, req.model.max_tokens > 0 ? req.model.max_tokens : 4096);
+    const std::int64_t max_tokens = req.model.max_tokens > 0 ? req.model.max_tokens : 4096;
+    jt::append_int(out, max_tokens);
+    if (const auto budget =
+            thinking_budget(effective_thinking_level(req.model, req.thinking), max_tokens)) {
+        out += R"(,"thinking":{"type":"enabled","budget_tokens":)";
+        jt::append_int(out, *budget);
+        out.push_back('}');
+    }
     if (!req.system_prompt.empty()) {
         out += ",\"system\":";
         jt::append_string(out, req.system_prompt);

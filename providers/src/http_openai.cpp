@@ -129,7 +129,39 @@ class openai_decoder final : public stream_decoder {
     std::map<std::int64_t, std::size_t> by_index_;  // tool_calls[].index → content index
 };
 
+// {"role":"user","content":[{"type":"text",…},{"type":"image_url",…},…]}: `lead` (when not
+// empty) first, then the text and image blocks in order
+void user_blocks(std::string& out, const std::vector<content_block>& content,
+                 std::string_view lead) {
+    out += R"({"role":"user","content":[)";
+    bool first = true;
+    const auto text = [&](std::string_view t) {
+        if (!first) out.push_back(',');
+        first = false;
+        out += R"({"type":"text","text":)";
+        jt::append_string(out, t);
+        out.push_back('}');
+    };
+    if (!lead.empty()) text(lead);
+    for (const auto& b : content) {
+        if (const auto* t = std::get_if<text_block>(&b)) {
+            text(t->text);
+        } else if (const auto* im = std::get_if<image_block>(&b)) {
+            if (!first) out.push_back(',');
+            first = false;
+            openai_image(out, *im);
+        }
+    }
+    out += "]}";
+}
+
 }  // namespace
+
+std::optional<std::string_view> reasoning_effort(thinking_level level) {
+    if (level == thinking_level::off) return std::nullopt;
+    if (level == thinking_level::xhigh) return "high";
+    return to_string(level);
+}
 
 std::string openai_body(const provider_request& req) {
     std::string out;
@@ -151,7 +183,11 @@ std::string openai_body(const provider_request& req) {
         append_message(out, req, i, int(api_kind::openai_completions), [&](const message& m) {
             switch (m.role) {
                 case message_role::user:
-                    with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                    if (image_count(m) == 0) {
+                        with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                    } else {
+                        user_blocks(out, m.content, {});
+                    }
                     break;
                 case message_role::assistant: {
                     const auto calls = tool_calls_of(m);
@@ -179,17 +215,34 @@ std::string openai_body(const provider_request& req) {
                     out.push_back('}');
                     break;
                 }
-                case message_role::tool_result:
+                case message_role::tool_result: {
+                    // a tool message carries text only: its images follow in a user message
+                    // (the reference's "Attached image(s) from tool result:")
+                    const bool images = image_count(m) > 0;
                     out += "{\"role\":\"tool\",\"tool_call_id\":";
                     jt::append_string(out, m.tool_call_id);
                     out += ",\"content\":";
-                    with_text(m, [&](std::string_view t) { jt::append_string(out, t); });
+                    with_text(m, [&](std::string_view t) {
+                        jt::append_string(out, t.empty() && images ? "(see attached image)" : t);
+                    });
                     out.push_back('}');
+                    if (images) {
+                        out.push_back(',');
+                        std::vector<content_block> only;
+                        for (const auto& b : m.content)
+                            if (std::holds_alternative<image_block>(b)) only.push_back(b);
+                        user_blocks(out, only, "Attached image(s) from tool result:");
+                    }
                     break;
+                }
             }
         });
     }
     out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+    if (const auto effort = reasoning_effort(effective_thinking_level(req.model, req.thinking))) {
+        out += ",\"reasoning_effort\":";
+        jt::append_string(out, *effort);
+    }
     append_tools(out, req.tools, R"({"type":"function","function":{)", "parameters", "}}");
     out.push_back('}');
     return out;

@@ -97,6 +97,28 @@ inline void with_text(const message& m, F&& f) {
     }
 }
 
+// {"type":"image","source":{"type":"base64","media_type":…,"data":…}} (Anthropic Messages)
+inline void anthropic_image(std::string& out, const image_block& im) {
+    out += R"({"type":"image","source":{"type":"base64","media_type":)";
+    jt::append_string(out, im.mime_type);
+    out += R"(,"data":)";
+    jt::append_string(out, im.data);
+    out += "}}";
+}
+
+// {"type":"image_url","image_url":{"url":"data:<mime>;base64,<data>"}} (OpenAI chat)
+inline void openai_image(std::string& out, const image_block& im) {
+    out += R"({"type":"image_url","image_url":{"url":)";
+    std::string url;
+    url.reserve(im.mime_type.size() + im.data.size() + 13);
+    url += "data:";
+    url += im.mime_type;
+    url += ";base64,";
+    url += im.data;
+    jt::append_string(out, url);
+    out += "}}";
+}
+
 inline void schema_or_empty(std::string& out, const json::object& o) {
     if (o.empty()) {
         out += R"({"type":"object","properties":{}})";
@@ -153,6 +175,11 @@ inline std::size_t body_size_hint(const provider_request& req) {
         for (const auto& b : m->content)
             if (const auto* t = std::get_if<text_block>(&b))
                 n += t->text.size() + t->text.size() / 16;
+            else if (const auto* im = std::get_if<image_block>(&b))
+                n += im->data.size() + 96;
+            else if (const auto* th = std::get_if<thinking_block>(&b))
+                n += th->thinking.size() + th->thinking.size() / 16 +
+                     (th->signature ? th->signature->size() : 0) + 64;
     }
     return n;
 }
@@ -178,6 +205,13 @@ inline std::string stream_error_text(std::string message, const std::string& typ
 /// The request body of one streamed request (http_openai.cpp, http_anthropic.cpp).
 std::string openai_body(const provider_request& req);
 std::string anthropic_body(const provider_request& req);
+/// Anthropic's `thinking.budget_tokens` for `level` (the reference's budgets: minimal 1024, low
+/// 2048, medium 8192, high and xhigh 16384), at most max_tokens - 1024; nullopt (no thinking
+/// sent) for off, or when max_tokens leaves no room for the API's minimum of 1024.
+std::optional<std::int64_t> thinking_budget(thinking_level level, std::int64_t max_tokens);
+/// OpenAI's `reasoning_effort` for `level`: minimal, low, medium, high (xhigh is sent as high);
+/// nullopt for off.
+std::optional<std::string_view> reasoning_effort(thinking_level level);
 /// The stream decoder of each API.
 std::unique_ptr<stream_decoder> make_openai_decoder();
 std::unique_ptr<stream_decoder> make_anthropic_decoder();

@@ -19,11 +19,19 @@ overloaded(Fs...) -> overloaded<Fs...>;
 discarded_output discarded_of(const message* failed) noexcept {
     discarded_output d;
     if (!failed) return d;
+    // code points: every byte that does not continue a UTF-8 sequence starts one
+    const auto code_points = [](std::string_view s) {
+        std::int64_t n = 0;
+        for (const char c : s)
+            if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
+        return n;
+    };
     for (const auto& b : failed->content) {
         if (const auto* t = std::get_if<text_block>(&b)) {
-            // code points: every byte that does not continue a UTF-8 sequence starts one
-            for (const char c : t->text)
-                if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++d.text_chars;
+            d.text_chars += code_points(t->text);
+        } else if (const auto* th = std::get_if<thinking_block>(&b)) {
+            // a redacted block's placeholder is not thinking the client was shown
+            if (!th->redacted) d.thinking_chars += code_points(th->thinking);
         } else if (std::holds_alternative<tool_call_block>(b)) {
             ++d.tool_calls;
         }
@@ -60,6 +68,7 @@ std::string_view event_type(const event& e) noexcept {
             },
             [](const retry_parked_event&) -> std::string_view { return "retry_parked"; },
             [](const agent_settled_event&) -> std::string_view { return "agent_settled"; },
+            [](const images_omitted_event&) -> std::string_view { return "images_omitted"; },
         },
         e);
 }
@@ -104,7 +113,9 @@ void append_json(std::string& out, const event& e) {
                    [&](const message_start_event& x) { field_message(out, "message", x.message); },
                    [&](const message_update_event& x) {
                        field_message(out, "message", x.message);
-                       out += R"(,"assistantMessageEvent":{"type":"text_delta","delta":)";
+                       out += x.kind == delta_kind::thinking
+                                  ? R"(,"assistantMessageEvent":{"type":"thinking_delta","delta":)"
+                                  : R"(,"assistantMessageEvent":{"type":"text_delta","delta":)";
                        jt::append_string(out, x.delta);
                        out.push_back('}');
                    },
@@ -178,6 +189,10 @@ void append_json(std::string& out, const event& e) {
                        field(out, "errorMessage", x.error_message);
                    },
                    [](const agent_settled_event&) {},
+                   [&](const images_omitted_event& x) {
+                       field_int(out, "omitted", x.omitted);
+                       field(out, "errorMessage", x.error_message);
+                   },
                },
                e);
     out.push_back('}');

@@ -67,6 +67,13 @@ message make_user_message(std::string text) {
     return m;
 }
 
+message make_user_message(std::string text, std::vector<image_block> images) {
+    message m = make_user_message(std::move(text));
+    m.content.reserve(1 + images.size());
+    for (auto& i : images) m.content.emplace_back(std::move(i));
+    return m;
+}
+
 message make_tool_result(std::string tool_call_id, std::string tool_name, std::string text,
                          bool is_error) {
     message m;
@@ -89,6 +96,60 @@ std::string text_of(const message& m) {
 bool is_failed_assistant(const message& m) noexcept {
     return m.role == message_role::assistant &&
            (m.stop == stop_reason::error || m.stop == stop_reason::aborted);
+}
+
+std::optional<std::string> image_error(const image_block& image) {
+    const std::string_view mime = image.mime_type;
+    if (!mime.starts_with("image/") || mime.size() == 6)
+        return "mimeType \"" + std::string(mime.substr(0, 80)) +
+               "\" is not an image type (image/png, image/jpeg, image/gif, image/webp)";
+    const std::string_view d = image.data;
+    if (d.empty()) return std::string("data is empty (base64 of the image expected)");
+    std::size_t end = d.size();
+    while (end > 0 && d.size() - end < 2 && d[end - 1] == '=') --end;
+    for (std::size_t i = 0; i < d.size(); ++i) {
+        const char c = d[i];
+        const bool ok = i >= end ? c == '='
+                                 : ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                                    (c >= '0' && c <= '9') || c == '+' || c == '/');
+        if (!ok) return "data is not base64 (byte " + std::to_string(i) + ")";
+    }
+    return std::nullopt;
+}
+
+std::string base64_encode(std::string_view bytes) {
+    static constexpr char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    std::size_t i = 0;
+    const auto at = [&](std::size_t k) { return static_cast<unsigned char>(bytes[k]); };
+    for (; i + 2 < bytes.size(); i += 3) {
+        const unsigned v = (at(i) << 16) | (at(i + 1) << 8) | at(i + 2);
+        out += alphabet[(v >> 18) & 63];
+        out += alphabet[(v >> 12) & 63];
+        out += alphabet[(v >> 6) & 63];
+        out += alphabet[v & 63];
+    }
+    if (i + 1 == bytes.size()) {
+        const unsigned v = at(i) << 16;
+        out += alphabet[(v >> 18) & 63];
+        out += alphabet[(v >> 12) & 63];
+        out += "==";
+    } else if (i + 2 == bytes.size()) {
+        const unsigned v = (at(i) << 16) | (at(i + 1) << 8);
+        out += alphabet[(v >> 18) & 63];
+        out += alphabet[(v >> 12) & 63];
+        out += alphabet[(v >> 6) & 63];
+        out += '=';
+    }
+    return out;
+}
+
+std::size_t image_count(const message& m) noexcept {
+    std::size_t n = 0;
+    for (const auto& b : m.content) n += std::holds_alternative<image_block>(b) ? 1 : 0;
+    return n;
 }
 
 std::vector<const tool_call_block*> tool_calls_of(const message& m) {
@@ -120,14 +181,23 @@ void append_content(std::string& out, const std::vector<content_block>& content)
         if (const auto* t = std::get_if<text_block>(&content[i])) {
             out += R"({"type":"text","text":)";
             jt::append_string(out, t->text);
-        } else {
-            const auto& c = std::get<tool_call_block>(content[i]);
+        } else if (const auto* c = std::get_if<tool_call_block>(&content[i])) {
             out += R"({"type":"toolCall","id":)";
-            jt::append_string(out, c.id);
+            jt::append_string(out, c->id);
             out += R"(,"name":)";
-            jt::append_string(out, c.name);
+            jt::append_string(out, c->name);
             out += R"(,"arguments":)";
-            jt::append_value(out, c.arguments);
+            jt::append_value(out, c->arguments);
+        } else if (const auto* im = std::get_if<image_block>(&content[i])) {
+            out += R"({"type":"image","data":)";
+            jt::append_string(out, im->data);
+            jt::field(out, "mimeType", im->mime_type);
+        } else {
+            const auto& th = std::get<thinking_block>(content[i]);
+            out += R"({"type":"thinking","thinking":)";
+            jt::append_string(out, th.thinking);
+            if (th.signature) jt::field(out, "thinkingSignature", *th.signature);
+            if (th.redacted) jt::field_bool(out, "redacted", true);
         }
         out.push_back('}');
     }
@@ -256,8 +326,22 @@ std::vector<content_block> content_from_json(const json::value& v) {
             if (const auto* a = find(o, "arguments"); a && a->is_object())
                 c.arguments = a->get_object();
             out.emplace_back(std::move(c));
+        } else if (type == "image") {
+            image_block im;
+            im.data = get_string(o, "data", true);
+            im.mime_type = get_string(o, "mimeType", true);
+            out.emplace_back(std::move(im));
+        } else if (type == "thinking") {
+            thinking_block th;
+            th.thinking = get_string(o, "thinking", false);
+            if (const auto* s = find(o, "thinkingSignature"); s && !s->is_null()) {
+                if (!s->is_string()) bad_field("thinkingSignature", "a string");
+                th.signature = std::string(s->get_string());
+            }
+            if (const auto* r = find(o, "redacted"); r && r->is_bool()) th.redacted = r->get_bool();
+            out.emplace_back(std::move(th));
         }
-        // other block types (images, thinking) are not used by coagent: skipped
+        // other block types (the reference's extensions' own) are not used by coagent: skipped
     }
     return out;
 }

@@ -58,6 +58,10 @@ class agent_session::observer final : public stream_observer {
         on_message_start(partial);
         s_.emit(message_update_event{m_, std::string(delta)});
     }
+    void on_thinking_delta(const message& partial, std::string_view delta) override {
+        on_message_start(partial);
+        s_.emit(message_update_event{m_, std::string(delta), delta_kind::thinking});
+    }
     bool started() const noexcept { return started_; }
 
   private:
@@ -98,10 +102,16 @@ agent_session::agent_session(session_options o)
         history_ = std::move(loaded.history);
         messages_ = history_.context();
         check_tool_calls_ = true;
-        for (const auto& e : history_.entries())
+        for (const auto& e : history_.entries()) {
             if (e.type == "session_info")
                 if (const auto* n = e.raw.if_contains("name"); n && n->is_string())
                     rare().name = std::string(n->get_string());
+            // the session's last thinking level (the reference writes these entries too)
+            if (e.type == "thinking_level_change")
+                if (const auto* l = e.raw.if_contains("thinkingLevel"); l && l->is_string())
+                    if (auto level = thinking_level_from_string(l->get_string()))
+                        config_.selection.thinking = *level;
+        }
     } else if (o.session_dir) {
         history_ = session_history::create_file(*o.session_dir, o.cwd);
     }
@@ -279,6 +289,26 @@ void agent_session::drop_trailing_failed_assistant() {
         messages_.pop_back();
 }
 
+void agent_session::omit_older_images() {
+    // the newest image stays; every older one becomes the placeholder text, in copies of its
+    // messages (the session file, written already, keeps the originals)
+    bool newest_seen = false;
+    for (auto it = messages_.rbegin(); it != messages_.rend(); ++it) {
+        const message& m = **it;
+        if (image_count(m) == 0 || is_failed_assistant(m)) continue;
+        auto copy = std::make_shared<message>(m);
+        for (auto b = copy->content.rbegin(); b != copy->content.rend(); ++b) {
+            if (!std::holds_alternative<image_block>(*b)) continue;
+            if (!newest_seen) {
+                newest_seen = true;
+                continue;
+            }
+            *b = text_block{std::string(omitted_image_text)};
+        }
+        *it = std::move(copy);
+    }
+}
+
 provider_request agent_session::build_request() const {
     provider_request r;
     r.model = provider_->model();
@@ -292,7 +322,26 @@ provider_request agent_session::build_request() const {
         if (!fragments_) fragments_ = std::make_unique<wire_fragments>();
         r.fragments = fragments_.get();
     }
+    r.thinking = config_.selection.thinking;
     return r;
+}
+
+std::string agent_session::set_thinking_level(thinking_level level) {
+    if (level != config_.selection.thinking) {
+        json::object fields;
+        fields["thinkingLevel"] = to_string(level);
+        if (auto ec = history_.append_entry("thinking_level_change", std::move(fields)))
+            logger_->error("session file: cannot write the thinking_level_change entry: {}",
+                           ec.message());
+    }
+    config_.selection.thinking = level;
+    const model_info m = model();
+    if (level == thinking_level::off || m.reasoning) return {};
+    std::string note = "Model " + m.provider + "/" + m.id +
+                       " does not reason (models.json \"reasoning\": false): thinkingLevel \"" +
+                       std::string(to_string(level)) + "\" is kept and ignored";
+    logger_->warn("{}", note);
+    return note;
 }
 
 // ---- control ----------------------------------------------------------------------------
@@ -310,8 +359,16 @@ bool agent_session::retry_now() {
 }
 
 bool agent_session::join_backoff(std::string text) {
+    return join_backoff_message(make_user_message(std::move(text)));
+}
+
+bool agent_session::join_backoff(std::string text, std::vector<image_block> images) {
+    return join_backoff_message(make_user_message(std::move(text), std::move(images)));
+}
+
+bool agent_session::join_backoff_message(message user) {
     if (!busy_ || !policy_.retry_now()) return false;
-    auto m = std::make_shared<message>(make_user_message(std::move(text)));
+    auto m = std::make_shared<message>(std::move(user));
     append(m);  // after the failed reply left the context (§3.9): the next request has both
     emit(message_start_event{m});
     emit(message_end_event{m});
@@ -446,6 +503,7 @@ void agent_session::tel_decided(const run_action& a) {
         case run_action::kind::wait:
         case run_action::kind::switch_credential:
         case run_action::kind::switch_model:
+        case run_action::kind::omit_images:
             return;  // the chat goes on: its next attempt follows
         default:
             break;
@@ -474,6 +532,12 @@ asio::awaitable<prompt_result> agent_session::prompt(std::string text,
     return async_prompt(std::move(text), behavior, asio::use_awaitable);
 }
 
+asio::awaitable<prompt_result> agent_session::prompt(std::string text,
+                                                     std::vector<image_block> images,
+                                                     streaming_behavior behavior) {
+    return async_prompt(std::move(text), std::move(images), behavior, asio::use_awaitable);
+}
+
 void agent_session::cancel_prompt(std::uint64_t id) {
     if (queue_.cancel(id)) return;  // still queued: only this message goes
     // the running prompt, or one whose message joined its backoff: the chain is aborted
@@ -490,14 +554,13 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
-                                                         streaming_behavior behavior,
+asio::awaitable<prompt_result> agent_session::run_prompt(message user, streaming_behavior behavior,
                                                          std::uint64_t id) {
     if (busy_) {
         // a message from the user during a backoff joins the chain and retries now
-        if (behavior == streaming_behavior::none && join_backoff(std::move(text)))
+        if (behavior == streaming_behavior::none && join_backoff_message(std::move(user)))
             co_return co_await wait_for_settle(id);
-        co_return co_await queue_while_busy(std::move(text), behavior, id);
+        co_return co_await queue_while_busy(std::move(user), behavior, id);
     }
     if (compacting_) {
         tel_refused(prompt_result::status::refused);
@@ -507,7 +570,7 @@ asio::awaitable<prompt_result> agent_session::run_prompt(std::string text,
     running_id_ = id;
     abort_.reset();
     run_state st;
-    st.pending = std::make_shared<message>(make_user_message(std::move(text)));
+    st.pending = std::make_shared<message>(std::move(user));
     st.id = id;
     tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
@@ -673,6 +736,12 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 co_return;
             case run_action::kind::summary_done:
                 co_return;
+            case run_action::kind::omit_images:
+                drop_trailing_failed_assistant();
+                omit_older_images();
+                a = run_action{};
+                a.what = run_action::kind::run;
+                break;
         }
     }
 }
@@ -699,6 +768,8 @@ run_action agent_session::end_run(run_outcome& out) {
         in.over_threshold = over_threshold(*in.last, m, config_.compaction);
         tel_classified(*in.last, in.cls);
     }
+    for (const auto& m : messages_)
+        if (!is_failed_assistant(*m)) in.images += static_cast<std::int64_t>(image_count(*m));
     in.abort_requested = abort_.requested();
     in.has_queued = has_queued();
     in.can_fall_back = catalog_ptr() != nullptr;
@@ -736,7 +807,7 @@ void agent_session::settle(bool has_result) {
     emit(agent_settled_event{});
 }
 
-asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
+asio::awaitable<prompt_result> agent_session::queue_while_busy(message user,
                                                                streaming_behavior behavior,
                                                                std::uint64_t id) {
     prompt_result r;
@@ -746,8 +817,8 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(std::string text,
         tel_refused(r.outcome);
         co_return r;
     }
-    queue_.push(behavior == streaming_behavior::steer,
-                std::make_shared<message>(make_user_message(std::move(text))), id);
+    queue_.push(behavior == streaming_behavior::steer, std::make_shared<message>(std::move(user)),
+                id);
     // parked until the settle, a hand-over, or a cancellation of this prompt wakes it
     latch wake(executor_);
     bool cancelled = false;

@@ -28,9 +28,12 @@ std::int64_t estimate_tokens(const message& m) {
     for (const auto& b : m.content) {
         if (const auto* t = std::get_if<text_block>(&b))
             chars += t->text.size();
+        else if (const auto* c = std::get_if<tool_call_block>(&b))
+            chars += c->name.size() + json::serialize(c->arguments).size();
+        else if (const auto* th = std::get_if<thinking_block>(&b))
+            chars += th->thinking.size();
         else
-            chars += std::get<tool_call_block>(b).name.size() +
-                     json::serialize(std::get<tool_call_block>(b).arguments).size();
+            chars += image_estimate_chars;  // an image: a fixed estimate, whatever its size
     }
     return static_cast<std::int64_t>((chars + 3) / 4);
 }

@@ -137,7 +137,15 @@ std::optional<std::int64_t> run_policy::parked_until() const noexcept {
 }
 run_policy::~run_policy() = default;
 
+bool is_request_too_large(const message& failed) noexcept {
+    if (failed.role != message_role::assistant || failed.stop != stop_reason::error) return false;
+    if (failed.error_status == 413 || failed.error_type == "request_too_large") return true;
+    return failed.error_message &&
+           failed.error_message->find("request_too_large") != std::string::npos;
+}
+
 void run_policy::start_prompt() noexcept {
+    images_omitted_ = false;
     machine_.begin_prompt();
     last_ = nullptr;
     ending_ = chain_end::none;
@@ -196,6 +204,7 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
         abort_requested_ = in.abort_requested;
         over_threshold_ = in.over_threshold;
         has_queued_ = in.has_queued;
+        images_ = in.images;
     }
     agent_end_decision d = machine_.on_agent_end(in.last.get(), in.cls, s.retry);  // §1.2
     if (!summary_) now_ = in.park.now_ms;
@@ -292,6 +301,13 @@ run_action run_policy::after_decision(agent_end_decision d, std::vector<message_
     if (summary_) {
         summary_ = false;
         return make(run_action::kind::summary_done);
+    }
+    if (d.to_compaction && !images_omitted_ && images_ > 1 && last_ &&
+        is_request_too_large(*last_) && !abort_requested_) {
+        // §11.33: the older images go first, once per prompt, compaction on or off
+        images_omitted_ = true;
+        out(images_omitted_event{images_ - 1, last_->error_message.value_or("")});
+        return make(run_action::kind::omit_images);
     }
     if (d.to_compaction) {                                              // §1.5, §3.E6
         if (!s.compaction.enabled) return next_or_settle(has_queued_);  // §1.6

@@ -568,6 +568,222 @@ TEST_CASE("request bodies: exact text, escaping, empty and multi-block messages"
     CHECK(json::serialize(json::parse(anthropic)) == anthropic);
 }
 
+// ---- content: images and thinking (issue 24) ----------------------------------------------
+
+namespace {
+
+// the context of the content tests: a user prompt with an image, a reply with signed thinking,
+// redacted thinking and a tool call, the tool's result with an image only, and an unsigned
+// thinking block (an aborted stream's)
+provider_request content_request() {
+    provider_request r;
+    r.model = model_info{"p", "m1", "x", 1000, 2048};
+    r.messages.push_back(std::make_shared<message>(
+        make_user_message("what is this?", {image_block{"iVBORw0KGgo=", "image/png"}})));
+    auto reply = std::make_shared<message>();
+    reply->role = message_role::assistant;
+    reply->content.emplace_back(thinking_block{"Let me look.", "c2lnLzEr+A==", false});
+    reply->content.emplace_back(thinking_block{"[Reasoning redacted]", "EnCrYpTeD", true});
+    reply->content.emplace_back(text_block{"A logo."});
+    reply->content.emplace_back(tool_call_block{"t1", "zoom", json::object()});
+    r.messages.push_back(reply);
+    message result = make_tool_result("t1", "zoom", "", false);
+    result.content.clear();
+    result.content.emplace_back(image_block{"R0lGOD lh", "image/gif"});
+    r.messages.push_back(std::make_shared<message>(std::move(result)));
+    auto unsigned_reply = std::make_shared<message>();
+    unsigned_reply->role = message_role::assistant;
+    unsigned_reply->content.emplace_back(thinking_block{"half a thought", "", false});
+    unsigned_reply->content.emplace_back(thinking_block{"  ", std::nullopt, false});
+    r.messages.push_back(unsigned_reply);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("issue 24: images and thinking are encoded for each API, signatures byte for byte",
+          "[http][protocol][content]") {
+    const provider_request r = content_request();
+    const std::string anthropic =
+        http_protocol::build_request_body(api_kind::anthropic_messages, r);
+    CHECK(
+        anthropic ==
+        R"({"model":"m1","max_tokens":2048,"messages":[)"
+        R"({"role":"user","content":[{"type":"text","text":"what is this?"},)"
+        R"({"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]},)"
+        R"({"role":"assistant","content":[{"type":"thinking","thinking":"Let me look.","signature":"c2lnLzEr+A=="},)"
+        R"({"type":"redacted_thinking","data":"EnCrYpTeD"},{"type":"text","text":"A logo."},)"
+        R"({"type":"tool_use","id":"t1","name":"zoom","input":{}}]},)"
+        R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[)"
+        R"x({"type":"text","text":"(see attached image)"},)x"
+        R"({"type":"image","source":{"type":"base64","media_type":"image/gif","data":"R0lGOD lh"}}]}]},)"
+        R"({"role":"assistant","content":[{"type":"text","text":"half a thought"}]}],"stream":true})");
+    CHECK(json::serialize(json::parse(anthropic)) == anthropic);
+
+    const std::string openai = http_protocol::build_request_body(api_kind::openai_completions, r);
+    CHECK(
+        openai ==
+        R"({"model":"m1","messages":[)"
+        R"({"role":"user","content":[{"type":"text","text":"what is this?"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]},)"
+        R"({"role":"assistant","content":"A logo.","tool_calls":[{"id":"t1","type":"function","function":{"name":"zoom","arguments":"{}"}}]},)"
+        R"x({"role":"tool","tool_call_id":"t1","content":"(see attached image)"},)x"
+        R"({"role":"user","content":[{"type":"text","text":"Attached image(s) from tool result:"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGOD lh"}}]},)"
+        R"({"role":"assistant","content":""}],"stream":true,"stream_options":{"include_usage":true}})");
+    CHECK(json::serialize(json::parse(openai)) == openai);
+}
+
+TEST_CASE("issue 24: thinkingLevel becomes Anthropic budget_tokens and OpenAI reasoning_effort",
+          "[http][protocol][content]") {
+    provider_request r;
+    r.model = model_info{"p", "m1", "x", 100000, 64000};
+    r.model.reasoning = true;
+    r.messages.push_back(std::make_shared<message>(make_user_message("hi")));
+    const auto anthropic_thinking = [&](thinking_level l, std::int64_t max_tokens) {
+        r.thinking = l;
+        r.model.max_tokens = max_tokens;
+        const auto o =
+            json::parse(http_protocol::build_request_body(api_kind::anthropic_messages, r));
+        const auto* t = o.as_object().if_contains("thinking");
+        return t ? json::serialize(*t) : std::string("none");
+    };
+    CHECK(anthropic_thinking(thinking_level::off, 64000) == "none");
+    CHECK(anthropic_thinking(thinking_level::minimal, 64000) ==
+          R"({"type":"enabled","budget_tokens":1024})");
+    CHECK(anthropic_thinking(thinking_level::low, 64000) ==
+          R"({"type":"enabled","budget_tokens":2048})");
+    CHECK(anthropic_thinking(thinking_level::medium, 64000) ==
+          R"({"type":"enabled","budget_tokens":8192})");
+    CHECK(anthropic_thinking(thinking_level::high, 64000) ==
+          R"({"type":"enabled","budget_tokens":16384})");
+    CHECK(anthropic_thinking(thinking_level::xhigh, 64000) ==
+          R"({"type":"enabled","budget_tokens":16384})");
+    // 1024 tokens stay for the answer; below the API's minimum budget nothing is sent
+    CHECK(anthropic_thinking(thinking_level::high, 4096) ==
+          R"({"type":"enabled","budget_tokens":3072})");
+    CHECK(anthropic_thinking(thinking_level::high, 2047) == "none");
+    CHECK(anthropic_thinking(thinking_level::high, 2048) ==
+          R"({"type":"enabled","budget_tokens":1024})");
+    r.model.max_tokens = 64000;
+    r.thinking = thinking_level::low;
+    CHECK(http_protocol::build_request_body(api_kind::anthropic_messages, r) ==
+          R"({"model":"m1","max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":2048},)"
+          R"("messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true})");
+
+    const auto effort = [&](thinking_level l) {
+        r.thinking = l;
+        const auto o =
+            json::parse(http_protocol::build_request_body(api_kind::openai_completions, r));
+        const auto* e = o.as_object().if_contains("reasoning_effort");
+        return e ? std::string(e->as_string()) : std::string("none");
+    };
+    CHECK(effort(thinking_level::off) == "none");
+    CHECK(effort(thinking_level::minimal) == "minimal");
+    CHECK(effort(thinking_level::low) == "low");
+    CHECK(effort(thinking_level::medium) == "medium");
+    CHECK(effort(thinking_level::high) == "high");
+    CHECK(effort(thinking_level::xhigh) == "high");
+    r.thinking = thinking_level::medium;
+    CHECK(http_protocol::build_request_body(api_kind::openai_completions, r) ==
+          R"({"model":"m1","messages":[{"role":"user","content":"hi"}],"stream":true,)"
+          R"("stream_options":{"include_usage":true},"reasoning_effort":"medium"})");
+
+    // a model that does not reason: the level is ignored, the body is what it was without one
+    r.model.reasoning = false;
+    for (auto api : {api_kind::anthropic_messages, api_kind::openai_completions}) {
+        r.thinking = thinking_level::high;
+        const std::string with = http_protocol::build_request_body(api, r);
+        r.thinking = thinking_level::off;
+        CHECK(with == http_protocol::build_request_body(api, r));
+    }
+}
+
+namespace {
+
+struct thinking_observer final : stream_observer {
+    std::vector<std::string> text, thinking;
+    void on_message_start(const message&) override {}
+    void on_text_delta(const message&, std::string_view d) override { text.emplace_back(d); }
+    void on_thinking_delta(const message&, std::string_view d) override {
+        thinking.emplace_back(d);
+    }
+};
+
+std::string anthropic_event(std::string_view data) {
+    return "event: x\ndata: " + std::string(data) + "\n\n";
+}
+
+// an Anthropic stream: signed thinking in two deltas (signature in two), redacted thinking, text
+std::string thinking_stream() {
+    return anthropic_event(R"({"type":"message_start","message":{"usage":{"input_tokens":5}}})") +
+           anthropic_event(
+               R"({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}})") +
+           anthropic_event(
+               R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me "}})") +
+           anthropic_event(
+               R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"look."}})") +
+           anthropic_event(
+               R"({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"c2lnLz"}})") +
+           anthropic_event(
+               R"({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"Er+A=="}})") +
+           anthropic_event(R"({"type":"content_block_stop","index":0})") +
+           anthropic_event(
+               R"({"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EnCrYpTeD"}})") +
+           anthropic_event(R"({"type":"content_block_stop","index":1})") +
+           anthropic_event(
+               R"({"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}})") +
+           anthropic_event(
+               R"({"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"A logo."}})") +
+           anthropic_event(R"({"type":"content_block_stop","index":2})") +
+           anthropic_event(
+               R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}})") +
+           anthropic_event(R"({"type":"message_stop"})");
+}
+
+}  // namespace
+
+TEST_CASE("issue 24: Anthropic thinking deltas, signatures and redacted thinking are kept",
+          "[http][protocol][content]") {
+    message out;
+    out.role = message_role::assistant;
+    thinking_observer obs;
+    auto d = http_protocol::stream_decoder::make(api_kind::anthropic_messages);
+    sse_parser p;
+    const std::string body = thinking_stream();
+    p.feed(body, [&](const sse_event& ev) { d->on_event(ev, out, obs); });
+    p.finish();
+    d->on_end(out);
+    REQUIRE(out.stop == stop_reason::stop);
+    CHECK(obs.thinking == strings{"Let me ", "look."});
+    CHECK(obs.text == strings{"A logo."});
+    std::string line;
+    append_json(line, out);
+    CHECK(line.starts_with(
+        R"({"role":"assistant","content":[{"type":"thinking","thinking":"Let me look.","thinkingSignature":"c2lnLzEr+A=="},)"
+        R"({"type":"thinking","thinking":"[Reasoning redacted]","thinkingSignature":"EnCrYpTeD","redacted":true},)"
+        R"({"type":"text","text":"A logo."}],)"));
+    // sent back unchanged: the next request holds the same blocks
+    provider_request next;
+    next.model = model_info{"p", "m1", "x", 1000, 100};
+    next.messages.push_back(std::make_shared<message>(out));
+    CHECK(
+        http_protocol::build_request_body(api_kind::anthropic_messages, next) ==
+        R"({"model":"m1","max_tokens":100,"messages":[{"role":"assistant","content":[)"
+        R"({"type":"thinking","thinking":"Let me look.","signature":"c2lnLzEr+A=="},)"
+        R"({"type":"redacted_thinking","data":"EnCrYpTeD"},{"type":"text","text":"A logo."}]}],"stream":true})");
+
+    // every byte counts toward the reply limit: thinking 12 + signature 12 + redacted 9 + text 7
+    // + 3 blocks
+    const std::size_t all = 12 + 12 + 9 + 7 + 3 * 256;
+    CHECK(decode_stream(api_kind::anthropic_messages, body, all).stop == stop_reason::stop);
+    for (std::size_t cut : {all - 1, all - 7 - 256, std::size_t{256 + 12 + 11}}) {
+        const auto m = decode_stream(api_kind::anthropic_messages, body, cut);
+        CHECK(m.stop == stop_reason::error);
+        CHECK(m.error_message->starts_with("Reply too large"));
+    }
+}
+
 // ---- coagent-fakellm's script -------------------------------------------------------------
 
 TEST_CASE(
@@ -833,6 +1049,76 @@ TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[htt
     CHECK(reqs[0].roles == strings{"system", "user"});
     CHECK(reqs[0].model == "fake-model");
     CHECK(reqs[0].stream);
+}
+
+TEST_CASE("issue 24: fakellm streams signed thinking, the next request sends it back unchanged",
+          "[http][loopback][content]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look.","signature":"c2lnLzEr+A=="},)"
+                R"({"text":"Sure.","redactedThinking":"EnCrYpTeD"},{"text":"ok"}])");
+    http_provider p(lb.options(api_kind::anthropic_messages));
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "what is this?", "");
+    req.messages[0] = std::make_shared<message>(
+        make_user_message("what is this?", {image_block{"iVBORw0KGgo=", "image/png"}}));
+    auto first = lb.stream_once(p, req, obs, abort);
+    REQUIRE(first.stop == stop_reason::stop);
+    REQUIRE(first.content.size() == 2);
+    const auto* th = std::get_if<thinking_block>(&first.content[0]);
+    REQUIRE(th);
+    CHECK(th->thinking == "Let me look.");
+    CHECK(th->signature == "c2lnLzEr+A==");
+    req.messages.push_back(std::make_shared<message>(first));
+    req.messages.push_back(std::make_shared<message>(make_user_message("and now?")));
+    auto second = lb.stream_once(p, req, obs, abort);
+    REQUIRE(second.stop == stop_reason::stop);
+    const auto* red = std::get_if<thinking_block>(&second.content.at(0));
+    REQUIRE(red);
+    CHECK(red->redacted);
+    CHECK(red->signature == "EnCrYpTeD");
+    req.messages.push_back(std::make_shared<message>(second));
+    req.messages.push_back(std::make_shared<message>(make_user_message("thanks")));
+    CHECK(lb.stream_once(p, req, obs, abort).stop == stop_reason::stop);
+
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 3);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","max_tokens":4096,"messages":[)"
+        R"({"role":"user","content":[{"type":"text","text":"what is this?"},)"
+        R"({"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]},)"
+        R"({"role":"assistant","content":[{"type":"thinking","thinking":"Let me look.","signature":"c2lnLzEr+A=="},)"
+        R"({"type":"text","text":"A logo."}]},{"role":"user","content":[{"type":"text","text":"and now?"}]}],"stream":true})");
+    // the log says what each request carried
+    CHECK(fakellm::to_json(reqs[0]).at("images") == 1);
+    CHECK(fakellm::to_json(reqs[0]).at("thinking") == 0);
+    CHECK(fakellm::to_json(reqs[1]).at("thinking") == 1);
+    CHECK(fakellm::to_json(reqs[2]).at("thinking") == 2);
+    CHECK(reqs[2].body.find(R"({"type":"redacted_thinking","data":"EnCrYpTeD"})") !=
+          std::string::npos);
+}
+
+TEST_CASE("issue 24: openai-completions sends a prompt's image as a data URL over loopback",
+          "[http][loopback][content]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"ignored by the OpenAI format"}])");
+    http_provider p(lb.options(api_kind::openai_completions));
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "", "");
+    req.messages[0] = std::make_shared<message>(
+        make_user_message("what is this?", {image_block{"/9j/4AAQ", "image/jpeg"}}));
+    auto out = lb.stream_once(p, req, obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK(text_of(out) == "A logo.");
+    CHECK(out.content.size() == 1);
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 1);
+    CHECK(
+        reqs[0].body ==
+        R"({"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}}]}],)"
+        R"("stream":true,"stream_options":{"include_usage":true}})");
+    CHECK(reqs[0].images == 1);
 }
 
 TEST_CASE(
@@ -1474,15 +1760,16 @@ struct session_loopback {
         sub = session->subscribe([this](const event& e) { events.push_back(to_json(e)); });
     }
 
-    void start(std::string text) {
-        asio::co_spawn(lb.io, session->prompt(std::move(text)),
+    void start(std::string text, std::vector<image_block> images = {}) {
+        asio::co_spawn(lb.io, session->prompt(std::move(text), std::move(images)),
                        [this](std::exception_ptr e, prompt_result r) {
                            failure = e;
                            result = std::move(r);
                        });
     }
-    void prompt(std::string text, std::chrono::milliseconds cap = 20s) {
-        start(std::move(text));
+    void prompt(std::string text, std::chrono::milliseconds cap = 20s,
+                std::vector<image_block> images = {}) {
+        start(std::move(text), std::move(images));
         REQUIRE(lb.run_until([&] { return result.has_value(); }, cap));
         if (failure) std::rethrow_exception(failure);
     }
@@ -1853,6 +2140,70 @@ TEST_CASE(
                           static_cast<std::int64_t>(continuation.size() / 4 + 1));
         }
     }
+}
+
+TEST_CASE(
+    "issue 24: a cut attempt that streamed thinking is discarded with its thinkingChars, and "
+    "retry.resumePartial restarts it (never continues inside or after thinking)",
+    "[http][loopback][session][content]") {
+    for (const int cut : {0, 2}) {
+        INFO("cut after " << cut << " text chunks");
+        settings s = fast_settings();
+        s.retry.resume_partial = true;
+        session_loopback t(
+            R"([{"text":"one two three","thinking":"d\u00e9ep thought","cutAfterChunks":)" +
+                std::to_string(cut) +
+                R"(},{"text":"one two three","thinking":"d\u00e9ep thought"}])",
+            api_kind::anthropic_messages, s);
+        t.prompt("tell me");
+        REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+        CHECK(t.of("auto_retry_start").at(0).at("discarded") ==
+              obj(R"({"textChars":)" + std::to_string(cut == 0 ? 0 : 7) +
+                  R"(,"thinkingChars":12,"toolCalls":0})"));
+        // the thinking streamed as message_updates of type thinking_delta
+        std::vector<std::string> kinds;
+        for (const auto& e : t.of("message_update"))
+            kinds.emplace_back(e.at("assistantMessageEvent").at("type").as_string());
+        CHECK(std::count(kinds.begin(), kinds.end(), "thinking_delta") == 4);  // 2 per attempt
+        const auto reqs = t.lb.server->requests();
+        REQUIRE(reqs.size() == 2);
+        // a restart: the retried request ends with the prompt, no prefill
+        CHECK(last_message(reqs[1].body) == std::pair<std::string, std::string>{"user", "tell me"});
+        CHECK(reqs[1].thinking == 0);
+        const auto& final_msg = *t.result->last_assistant;
+        REQUIRE(final_msg.content.size() == 2);
+        CHECK(std::get<thinking_block>(final_msg.content[0]).thinking == "d\u00e9ep thought");
+        CHECK(std::get<thinking_block>(final_msg.content[0]).signature == "fakellm-signature-2");
+        CHECK(text_of(final_msg) == "one two three");
+    }
+}
+
+TEST_CASE(
+    "issue 24 §11.33: Anthropic's 413 request_too_large with images over loopback: the older "
+    "images omitted, one more request, compaction off",
+    "[http][loopback][session][content]") {
+    settings s = fast_settings();
+    s.compaction.enabled = false;
+    session_loopback t(
+        R"([{"status":413,"body":{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}},)"
+        R"({"text":"Two logos."}])",
+        api_kind::anthropic_messages, s);
+    t.prompt("compare", 20s, {image_block{"QUFB", "image/png"}, image_block{"QkJC", "image/gif"}});
+    REQUIRE(t.result->outcome == prompt_result::status::succeeded);
+    CHECK(text_of(*t.result->last_assistant) == "Two logos.");
+    CHECK(
+        t.of("images_omitted").at(0) ==
+        obj(R"({"type":"images_omitted","omitted":1,"errorMessage":"413 Request exceeds the maximum size"})"));
+    const auto reqs = t.lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0].status == 413);
+    CHECK(reqs[0].images == 2);
+    CHECK(reqs[1].images == 1);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","max_tokens":4096,"messages":[{"role":"user","content":[)"
+        R"({"type":"text","text":"compare"},{"type":"text","text":"[image omitted: the request was too large]"},)"
+        R"({"type":"image","source":{"type":"base64","media_type":"image/gif","data":"QkJC"}}]}],"stream":true})");
 }
 
 TEST_CASE(

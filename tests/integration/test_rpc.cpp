@@ -188,8 +188,21 @@ TEST_CASE("to_json: the exact request of every command, parsed back to the same 
         c.name = " n ";
         add(c, R"({"type":"set_session_name","name":" n "})");
     }
+    {
+        auto c = cmd(k::set_thinking_level);
+        c.level = thinking_level::minimal;
+        add(c, R"({"type":"set_thinking_level","level":"minimal"})");
+    }
+    {
+        auto c = cmd(k::prompt);
+        c.message = "look";
+        c.images.push_back(image_block{"QUJD", "image/png"});
+        add(c,
+            R"({"type":"prompt","message":"look","images":[{"type":"image","data":"QUJD","mimeType":"image/png"}]})");
+    }
     for (k plain : {k::abort, k::abort_retry, k::retry_now, k::get_state, k::get_messages,
-                    k::get_last_assistant_text, k::get_available_models, k::get_session_stats})
+                    k::get_last_assistant_text, k::get_available_models, k::get_session_stats,
+                    k::cycle_thinking_level})
         add(cmd(plain), R"({"type":")" + std::string(rpc::to_string(plain)) + R"("})");
     for (const auto& [c, text] : rows) {
         INFO(text);
@@ -206,6 +219,8 @@ TEST_CASE("to_json: the exact request of every command, parsed back to the same 
         CHECK(back.provider == c.provider);
         CHECK(back.model_id == c.model_id);
         CHECK(back.name == c.name);
+        CHECK(back.level == c.level);
+        CHECK(back.images.size() == c.images.size());
     }
 }
 
@@ -219,6 +234,19 @@ TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
           streaming_behavior::steer);
     CHECK(parsed(R"({"type":"prompt","message":"x","images":[]})").behavior ==
           streaming_behavior::none);
+    // the reference's ImageContent, on prompt, steer and follow_up
+    for (auto t : {"prompt", "steer", "follow_up"}) {
+        auto c = parsed(
+            std::string(R"({"type":")") + t +
+            R"(","message":"x","images":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"data":"QUJD","mimeType":"image/jpeg"}]})");
+        REQUIRE(c.images.size() == 2);
+        CHECK(c.images[0].data == "iVBORw0KGgo=");
+        CHECK(c.images[0].mime_type == "image/png");
+        CHECK(c.images[1].mime_type == "image/jpeg");
+        CHECK(
+            json::serialize(rpc::to_json(c).at("images")) ==
+            R"([{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"},{"type":"image","data":"QUJD","mimeType":"image/jpeg"}])");
+    }
     CHECK_FALSE(parsed(R"({"type":"prompt","message":""})").id);
     CHECK(parsed(R"({"id":7,"type":"abort"})").id == json::value(7));
     CHECK(parsed(R"({"type":"steer","message":"s"})").message == "s");
@@ -230,6 +258,8 @@ TEST_CASE("parse_command: every command and its fields", "[rpc][protocol]") {
     auto m = parsed(R"({"type":"set_model","provider":"faux","modelId":"faux"})");
     CHECK((m.provider == "faux" && m.model_id == "faux"));
     CHECK(parsed(R"({"type":"set_session_name","name":" n "})").name == " n ");
+    CHECK(parsed(R"({"type":"set_thinking_level","level":"xhigh"})").level ==
+          thinking_level::xhigh);
     CHECK(parsed(R"({"type":"new_session","parentSession":"/x.jsonl"})").parent_session ==
           "/x.jsonl");
     for (auto t : {"abort", "abort_retry", "retry_now", "get_state", "get_messages",
@@ -281,8 +311,21 @@ TEST_CASE("parse_command: bad input gives errors that name the problem, id echoe
           R"(Field "streamingBehavior" must be "steer" or "followUp", found "later")");
     CHECK(parse_error(R"({"type":"set_model","provider":"faux"})").error ==
           R"(Missing field "modelId" (a string))");
+    CHECK(parse_error(R"({"type":"prompt","message":"x","images":{}})").error ==
+          R"(Field "images" must be an array, found object {})");
+    CHECK(parse_error(R"({"type":"prompt","message":"x","images":["x"]})").error ==
+          R"(Field "images[0]" must be an object {type:"image",data,mimeType}, found string "x")");
     CHECK(parse_error(R"({"type":"prompt","message":"x","images":[{"type":"image"}]})").error ==
-          R"(Field "images": images are not supported yet)");
+          R"(Missing field "images[0].data" (a string))");
+    CHECK(parse_error(R"({"type":"steer","message":"x","images":[{"type":"text","data":"QUJD"}]})")
+              .error == R"(Field "images[0].type" must be "image", found string "text")");
+    CHECK(
+        parse_error(R"({"type":"follow_up","message":"x","images":[{"data":"QUJD","mimeType":5}]})")
+            .error == R"(Field "images[0].mimeType" must be a string, found number 5)");
+    CHECK(
+        parse_error(
+            R"({"type":"prompt","message":"x","images":[{"data":"QUJD","mimeType":"image/png"},{"data":"Q JD","mimeType":"image/png"}]})")
+            .error == R"(Field "images[1]": data is not base64 (byte 1))");
 
     e = parse_error("{\"id\":\"b1\",\"type\":\"prompt\",\"message\":\"\xFF\"}");
     CHECK(e.id == json::value("b1"));  // salvaged
@@ -523,8 +566,8 @@ TEST_CASE("rpc mode: ready first, get_state fields, prompt then its events up to
     CHECK(st.at("success") == true);
     CHECK(st.at("command") == "get_state");
     const auto& d = st.at("data").as_object();
-    CHECK(keys(d) == std::set<std::string>{"model", "isStreaming", "isCompacting", "isRetrying",
-                                           "retryAttempt", "autoRetryEnabled",
+    CHECK(keys(d) == std::set<std::string>{"model", "thinkingLevel", "isStreaming", "isCompacting",
+                                           "isRetrying", "retryAttempt", "autoRetryEnabled",
                                            "autoCompactionEnabled", "sessionId", "sessionFile",
                                            "messageCount", "pendingMessageCount", "steeringMode",
                                            "followUpMode", "limitsStore", "limitsConnected"});
@@ -870,6 +913,49 @@ TEST_CASE("rpc mode: settings, model and naming commands", "[rpc][process]") {
                            "global settings failed: "));
     CHECK(read_file(env.settings_file()) == "{not json");
     CHECK(p.call("s3", "get_state").at("data").at("autoRetryEnabled") == false);
+    p.close_stdin();
+    CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("issue 24: set_thinking_level, cycle_thinking_level and get_state's thinkingLevel",
+          "[rpc][process][content]") {
+    rpc_env env(R"({"thinkingLevel":"medium"})");
+    rpc_process p(env, {"--no-session"});
+    p.next();
+    write_file(
+        env.dir.path / "models.json",
+        R"({"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"anthropic-messages",)"
+        R"("apiKey":"any","models":[{"id":"r1","reasoning":true},{"id":"plain"}]}}})");
+    // faux does not reason: the setting is kept, the level in use is off
+    CHECK(p.call("s0", "get_state").at("data").at("thinkingLevel") == "off");
+    CHECK(
+        p.call("c0", "cycle_thinking_level") ==
+        obj(R"({"id":"c0","type":"response","command":"cycle_thinking_level","success":true,"data":null})"));
+    CHECK(
+        p.call("t0", "set_thinking_level", {{"level", "high"}}) ==
+        obj(R"({"id":"t0","type":"response","command":"set_thinking_level","success":true,"data":{"level":"off","note":"Model faux/faux does not reason (models.json \"reasoning\": false): thinkingLevel \"high\" is kept and ignored"}})"));
+    // a reasoning model uses the level that was set
+    REQUIRE(p.call("m", "set_model", {{"provider", "local"}, {"modelId", "r1"}}).at("success") ==
+            true);
+    CHECK(p.call("s1", "get_state").at("data").at("thinkingLevel") == "high");
+    CHECK(
+        p.call("t1", "set_thinking_level", {{"level", "low"}}) ==
+        obj(R"({"id":"t1","type":"response","command":"set_thinking_level","success":true,"data":{"level":"low"}})"));
+    strings cycled;
+    for (int i = 0; i < 6; ++i)
+        cycled.emplace_back(p.call("c" + std::to_string(i + 1), "cycle_thinking_level")
+                                .at("data")
+                                .at("level")
+                                .as_string());
+    CHECK(cycled == strings{"medium", "high", "xhigh", "off", "minimal", "low"});
+    CHECK(p.call("s2", "get_state").at("data").at("thinkingLevel") == "low");
+    CHECK(p.call("t2", "set_thinking_level", {{"level", "max"}}).at("error") ==
+          R"(Field "level" must be one of off, minimal, low, medium, high, xhigh, found "max")");
+    CHECK(p.call("t3", "set_thinking_level").at("error") == R"(Missing field "level" (a string))");
+    REQUIRE(
+        p.call("m2", "set_model", {{"provider", "local"}, {"modelId", "plain"}}).at("success") ==
+        true);
+    CHECK(p.call("s3", "get_state").at("data").at("thinkingLevel") == "off");
     p.close_stdin();
     CHECK(p.wait_exit() == 0);
 }

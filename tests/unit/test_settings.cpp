@@ -175,6 +175,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"telemetry.traceFile", "string", ""},
         {"defaultProvider", "string", ""},
         {"defaultModel", "string", ""},
+        {"thinkingLevel", "string", "off"},
         {"tui.markdown", "boolean", true},
         {"retry.budget.enabled", "boolean", false},
         {"retry.budget.maxTokens", "integer", 10},
@@ -761,6 +762,27 @@ TEST_CASE("retry additions beyond the spec: off by default, validated, layered",
     store = settings_store::load(d.global(), d.project());
     store.persist_global("retry.jitter", json::value("full"));
     CHECK(json::parse(read_text(d.global())).at("retry").at("jitter") == "full");
+}
+
+TEST_CASE("issue 24: thinkingLevel is one of the reference's levels, validated and layered",
+          "[settings][content]") {
+    temp_dir d;
+    CHECK(coagent::settings{}.selection.thinking == coagent::thinking_level::off);
+    write_file(d.global(), R"({"thinkingLevel":"high"})");
+    write_file(d.project(), R"({"thinkingLevel":"minimal"})");
+    auto store = settings_store::load(d.global(), d.project());
+    CHECK(store.warnings().empty());
+    CHECK(store.current().selection.thinking == coagent::thinking_level::minimal);
+    write_file(d.project(), "{}");
+    store = settings_store::load(d.global(), d.project());
+    CHECK(store.current().selection.thinking == coagent::thinking_level::high);
+    write_file(d.project(), R"({"thinkingLevel":"max"})");
+    auto e = expect_error([&] { (void)settings_store::load(d.global(), d.project()); });
+    CHECK(e.key == "thinkingLevel");
+    CHECK(e.found == R"("max")");
+    CHECK(std::string(e.what()).find(
+              R"(expected one of "off", "minimal", "low", "medium", "high" or "xhigh")") !=
+          std::string::npos);
 }
 
 TEST_CASE("docs: every page says the same about retry.maxDelayMs (issue 15)", "[settings][docs]") {

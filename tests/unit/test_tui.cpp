@@ -2066,6 +2066,52 @@ TEST_CASE("tui markdown: streamed in pieces, the rows printed equal the whole re
     }
 }
 
+TEST_CASE("tui: thinking is its own item, dimmed and folded to one line (issue 24)", "[content]") {
+    driver d;
+    d.start_prompt("look");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    for (const char* piece : {"Let me\n", "look ", "closely."}) {
+        message_update_event u;
+        u.message = partial;
+        u.delta = piece;
+        u.kind = delta_kind::thinking;
+        d.ev(u);
+    }
+    message_update_event text;
+    text.message = partial;
+    text.delta = "A logo.";
+    d.ev(text);
+    d.ev(message_end_event{assistant_msg("A logo.")});
+    const auto& t = d.c.transcript();
+    REQUIRE(t.size() == 3);
+    CHECK(t[1].type == kind::thinking);
+    CHECK(t[1].text == "Let me\nlook closely.");
+    CHECK(t[2].type == kind::assistant);
+    CHECK(t[2].text == "A logo.");  // the thinking is not part of the reply
+
+    tui::transcript_printer p;
+    std::vector<screen_row> commit, live;
+    std::vector<transcript_item> items{t[1], t[2]};
+    p.collect(items, false, 40, commit, live);
+    CHECK(commit ==
+          std::vector<screen_row>{{"\u273b Thinking: Let me look closely.", row_style::notice},
+                                  {"", row_style::plain},
+                                  {"A logo.", row_style::assistant}});
+    // one line whatever its length: cut with an ellipsis
+    tui::transcript_printer q;
+    commit.clear();
+    q.collect(items, false, 20, commit, live);
+    CHECK(commit.at(0) == screen_row{"\u273b Thinking: Let me \u2026", row_style::notice});
+    // while it streams it is the live row, one line too
+    tui::transcript_printer r;
+    commit.clear();
+    std::vector<transcript_item> streaming{{kind::thinking, "a\nb\nc\nd"}};
+    r.collect(streaming, true, 40, commit, live);
+    CHECK(commit.empty());
+    CHECK(live == std::vector<screen_row>{{"\u273b Thinking: a b c d", row_style::notice}});
+}
+
 TEST_CASE(
     "tui: a park shows its line with a live countdown, Enter retries now, Esc cancels "
     "(issue 20)",

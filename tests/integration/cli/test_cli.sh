@@ -358,6 +358,25 @@ check "limits --help: exit 0, the flags" bash -c "[ $rc = 0 ] && grep -q -- '--c
 echo '{"limits":{"store":"nope"}}' >"$ldir/settings.json"
 COAGENT_DIR="$ldir" "$COAGENT" limits >/dev/null 2>clr.err; rc=$?
 check "limits: a bad settings file exits 2 naming the key" bash -c "[ $rc = 2 ] && grep -q 'limits.store' clr.err"
+# --image FILE (issue 24): repeatable, the type from the first bytes, base64 in the user message
+printf '\x89PNG\r\n\x1a\nabc' > "$work/a.png"
+printf 'GIF89a..' > "$work/b.gif"
+echo 'not an image' > "$work/c.png"
+"$COAGENT" --provider faux --no-session --mode json -p look --image "$work/a.png" "--image=$work/b.gif" --faux-log "$work/img.jsonl" >out.txt 2>err.txt; rc=$?
+check "--image: exit 0" [ $rc = 0 ]
+check "--image: the faux provider got two images" contains "$work/img.jsonl" '"messages":[{"role":"user","text":"look","images":2}]'
+check "--image: the user message holds them in the reference's shape" contains out.txt '"content":[{"type":"text","text":"look"},{"type":"image","data":"iVBORw0KGgphYmM=","mimeType":"image/png"},{"type":"image","data":"R0lGODlhLi4=","mimeType":"image/gif"}]'
+"$COAGENT" --provider faux --no-session --image "$work/a.png" "with a MESSAGE" --faux-log "$work/img2.jsonl" >out.txt 2>err.txt; rc=$?
+check "--image before MESSAGE takes one file" contains "$work/img2.jsonl" '"text":"with a MESSAGE","images":1'
+"$COAGENT" --provider faux --no-session -p x --image "$work/c.png" >out.txt 2>err.txt; rc=$?
+check "--image: not an image exit 2" [ $rc = 2 ]
+check "--image: not an image names the file" contains err.txt "coagent: --image $work/c.png: not a PNG, JPEG, GIF or WebP image"
+"$COAGENT" --provider faux --no-session -p x --image "$work/missing.png" >out.txt 2>err.txt; rc=$?
+check "--image: missing file exit 2" [ $rc = 2 ]
+check "--image: missing file named" contains err.txt "coagent: --image $work/missing.png: no such file"
+"$COAGENT" --provider faux --mode rpc --image "$work/a.png" >out.txt 2>err.txt; rc=$?
+check "--image with --mode rpc exit 2" [ $rc = 2 ]
+check "--image with --mode rpc refused" contains err.txt "--image and --mode rpc cannot be used together"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -4,7 +4,9 @@
 //      get_state / get_last_assistant_text through the reference client;
 //   2. abort_retry during a long backoff: auto_retry_end "Retry cancelled", isRetrying false;
 //   3. a plain prompt() during a one-minute backoff: accepted, it joins the conversation and the
-//      next attempt goes out at once with both user messages (issue 26).
+//      next attempt goes out at once with both user messages (issue 26);
+//   4. prompt() and followUp() with images (the reference's ImageContent): the user messages hold
+//      them in the reference's shape, the request carries them (issue 24).
 // Usage: node interop.mjs CACHE_DIR COAGENT_BIN. Exit 0 on success, 1 with the reason.
 
 import assert from "node:assert/strict";
@@ -117,7 +119,7 @@ await withClient(
         assert.equal(state.model.id, "faux");
         const stats = await client.getSessionStats();
         assert.equal(stats.assistantMessages, 3);
-        console.log("interop 1/3: two retries then success: ok");
+        console.log("interop 1/4: two retries then success: ok");
     },
 ).catch(report);
 
@@ -136,7 +138,7 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     const state = await client.getState();
     assert.equal(state.isRetrying, false);
     assert.equal(state.retryAttempt, 0);
-    console.log("interop 2/3: abort_retry in the backoff: ok");
+    console.log("interop 2/4: abort_retry in the backoff: ok");
 }).catch(report);
 
 // 3. a plain prompt during the backoff joins the chain and retries now
@@ -171,5 +173,37 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     const roles = requests[1].messages.map((m) => m.role);
     assert.deepEqual(roles, ["user", "user"]);
     rmSync(logDir, { recursive: true, force: true });
-    console.log("interop 3/3: a prompt during the backoff joins it and goes out at once: ok");
+    console.log("interop 3/4: a prompt during the backoff joins it and goes out at once: ok");
+}
+
+// 4. images on prompt and followUp
+{
+    const logDir = mkdtempSync(join(tmpdir(), "coagent-interop-log-"));
+    const log = join(logDir, "requests.jsonl");
+    const png = { type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" };
+    const gif = { type: "image", data: "R0lGODlh", mimeType: "image/gif" };
+    await withClient(
+        {},
+        [{ text: "A logo.", delayMs: 300 }, { text: "A gif." }],
+        async (client, events) => {
+            const settled = untilEvent(client, "agent_settled");
+            await client.prompt("what is this?", [png]);
+            await client.followUp("and this?", [gif]);
+            await settled;
+            const users = events.filter((e) => e.type === "message_end" && e.message.role === "user").map((e) => e.message.content);
+            assert.deepEqual(users, [
+                [{ type: "text", text: "what is this?" }, png],
+                [{ type: "text", text: "and this?" }, gif],
+            ]);
+            const messages = await client.getMessages();
+            assert.deepEqual(messages[0].content, [{ type: "text", text: "what is this?" }, png]);
+            assert.equal(await client.getLastAssistantText(), "A gif.");
+        },
+        ["--faux-log", log],
+    ).catch(report);
+    const requests = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    assert.equal(requests.length, 2);
+    assert.deepEqual(requests[1].messages.map((m) => m.images ?? 0), [1, 0, 1]);
+    rmSync(logDir, { recursive: true, force: true });
+    console.log("interop 4/4: prompt and followUp with images: ok");
 }

@@ -23,6 +23,7 @@ enum class app_mode { interactive, print, json, rpc };
 struct app_options {
     app_mode mode = app_mode::interactive;
     std::optional<std::string> message;  // -p, MESSAGE or stdin (interactive: the first prompt)
+    std::vector<image_block> images;     // --image FILE…: sent with the print / json prompt
     std::string provider;  // empty: chosen by choose_model (settings, credentials, else faux)
     std::string model;     // empty: the provider's default
     /// --provider or --model was given: it wins over the model a resumed session recorded.
@@ -57,6 +58,11 @@ class config_error : public std::runtime_error {
   public:
     using std::runtime_error::runtime_error;
 };
+
+/// The image in `file` for --image: PNG, JPEG, GIF or WebP (told by its first bytes, not its
+/// name), at most max_image_file_bytes, base64-encoded. Throws config_error naming the file.
+inline constexpr std::size_t max_image_file_bytes = std::size_t{20} * 1024 * 1024;
+image_block load_image_file(const std::filesystem::path& file);
 
 class models_config;
 class file_auth_storage;

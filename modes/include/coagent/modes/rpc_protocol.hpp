@@ -3,6 +3,8 @@
 // with its size limit, UTF-8 validation, command parsing into typed values, and the response
 // envelope. Pure functions and a small state machine, so tests and fuzzers drive them directly.
 
+#include <coagent/runtime/message.hpp>
+#include <coagent/runtime/settings.hpp>
 #include <coagent/runtime/streaming_behavior.hpp>
 
 #include <boost/json/object.hpp>
@@ -75,6 +77,8 @@ enum class command_kind {
     get_available_models,
     get_session_stats,
     set_session_name,
+    set_thinking_level,
+    cycle_thinking_level,
 };
 
 /// The command's wire name ("abort_retry").
@@ -86,13 +90,15 @@ struct command {
     command_kind kind = command_kind::get_state;
     std::optional<boost::json::value> id;                    // echoed as is on the response
     std::string message;                                     // prompt / steer / follow_up
+    std::vector<image_block> images;                         // prompt / steer / follow_up
     streaming_behavior behavior = streaming_behavior::none;  // prompt: streamingBehavior
     bool enabled = false;                                    // set_auto_retry / set_auto_compaction
     std::optional<std::string> custom_instructions;          // compact
     std::optional<std::string> parent_session;               // new_session
     std::string provider;                                    // set_model
     std::string model_id;                                    // set_model
-    std::string name;  // set_session_name (as sent, not trimmed)
+    std::string name;                            // set_session_name (as sent, not trimmed)
+    thinking_level level = thinking_level::off;  // set_thinking_level
 };
 
 /// A line that could not be turned into a command: answer it with error_response(id,

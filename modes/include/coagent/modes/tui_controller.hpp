@@ -54,6 +54,7 @@ struct transcript_item {
         error,      ///< "Error: …", "Retry failed after …", compaction failures
         notice,     ///< "Aborted", "Context compacted", discarded queued messages
         tool,       ///< tool calls and their results
+        thinking,   ///< the model's thinking (grows while it streams), shown folded to one line
     };
     kind type = kind::notice;
     std::string text;

@@ -58,6 +58,13 @@ struct step : scripted::step_base {
     // [first, second) of [0, 1) (conversation_share); the others skip it
     std::optional<std::pair<double, double>> for_conversations;
 
+    // text / sse_error / tool_call: a thinking block before the reply (Anthropic format only):
+    // its text in thinking_delta events, then its signature in one signature_delta; or a
+    // redacted_thinking block holding `redacted_thinking` (opaque)
+    std::optional<std::string> thinking;
+    std::string signature;
+    std::optional<std::string> redacted_thinking;
+
     // sse_error
     std::string error_type;
     std::string error_message;
@@ -101,11 +108,14 @@ struct request_record {
     std::vector<std::string> roles;  // message roles in order ("system" first when sent)
     std::string body;                // the raw request body
     std::string conversation;        // the text of the first user message (the key)
-    int status = 0;                  // the status answered
+    std::size_t images = 0;    // image blocks in the messages (Anthropic image, OpenAI image_url)
+    std::size_t thinking = 0;  // thinking and redacted_thinking blocks sent back (Anthropic)
+    int status = 0;            // the status answered
 };
 
 /// The --log line of a request: {"request":n,"path":…,"api":…,"authorization":bool,
-/// "x-api-key":bool,"keySuffix":"…"?,"model":…,"stream":bool,"roles":[…],"status":N}.
+/// "x-api-key":bool,"keySuffix":"…"?,"model":…,"stream":bool,"roles":[…],"images":N,
+/// "thinking":N,"status":N}.
 boost::json::object to_json(const request_record& r);
 
 struct server_options {

@@ -56,6 +56,7 @@ struct faux_request {
         std::string role;
         std::string text;
         std::string stop_reason;  // assistant messages
+        std::size_t images = 0;   // its image blocks (in the log as "images" when not 0)
     };
     std::vector<entry> messages;
 };

@@ -22,9 +22,13 @@ struct turn_start_event {};
 struct message_start_event {
     message_ptr message;
 };
+/// What a message_update's delta extends: a text block (`text_delta`) or a thinking block
+/// (`thinking_delta`).
+enum class delta_kind : std::uint8_t { text, thinking };
 struct message_update_event {
     message_ptr message;  // the partial message so far
     std::string delta;    // text appended by this update
+    delta_kind kind = delta_kind::text;
 };
 struct message_end_event {
     message_ptr message;
@@ -52,7 +56,7 @@ struct agent_end_event {
 /// (auto_retry_start's `discarded`): clients retract what they showed of it.
 struct discarded_output {
     std::int64_t text_chars = 0;      ///< Unicode code points of its text blocks
-    std::int64_t thinking_chars = 0;  ///< of its thinking (not kept by coagent's providers: 0)
+    std::int64_t thinking_chars = 0;  ///< Unicode code points of its thinking blocks
     std::int64_t tool_calls = 0;      ///< tool calls it had started
     friend bool operator==(const discarded_output&, const discarded_output&) = default;
 };
@@ -67,6 +71,16 @@ struct auto_retry_start_event {
     limit_kind limit = limit_kind::none;  // coagent's extra field `limit` (typed limits)
     discarded_output discarded;           // coagent's extra field `discarded`
 };
+/// A request too large for the provider (413 / request_too_large) while the context held
+/// images: all but the newest were replaced by a placeholder in the context requests are built
+/// from (the session file keeps them), and the turn is tried once more (docs/retry-policy.md
+/// §11.33).
+struct images_omitted_event {
+    std::int64_t omitted = 0;   ///< images replaced by the placeholder
+    std::string error_message;  ///< the failed reply's error
+};
+/// The text an omitted image is replaced by.
+inline constexpr std::string_view omitted_image_text = "[image omitted: the request was too large]";
 struct auto_retry_end_event {
     bool success = false;
     int attempt = 0;
@@ -114,7 +128,7 @@ using event =
                  turn_end_event, agent_end_event, auto_retry_start_event, auto_retry_end_event,
                  compaction_start_event, compaction_end_event, extension_error_event,
                  retry_fallback_applied_event, retry_fallback_succeeded_event, retry_parked_event,
-                 agent_settled_event>;
+                 agent_settled_event, images_omitted_event>;
 
 /// The event's `type` string, e.g. "auto_retry_start".
 std::string_view event_type(const event& e) noexcept;

@@ -37,7 +37,32 @@ struct tool_call_block {
     json::object arguments;
 };
 
-using content_block = std::variant<text_block, tool_call_block>;
+/// An image in a user or toolResult message, as the reference writes it:
+/// {type:"image", data:<base64>, mimeType}. `data` is kept as given (base64 text).
+struct image_block {
+    std::string data;
+    std::string mime_type;
+};
+
+/// The model's thinking in an assistant message: {type:"thinking", thinking,
+/// thinkingSignature?, redacted?}. The signature (Anthropic) is opaque and sent back byte for
+/// byte; a redacted block holds the provider's encrypted payload in `signature` and a
+/// placeholder text in `thinking` (the reference's "[Reasoning redacted]").
+struct thinking_block {
+    std::string thinking;
+    std::optional<std::string> signature;
+    bool redacted = false;
+};
+
+/// Why `image` cannot be sent (its mimeType is not `image/…`, or its data is empty or not
+/// base64: letters, digits, `+`, `/`, then at most two `=`), or nullopt when it can: one check
+/// for RPC `images` and `--image`.
+std::optional<std::string> image_error(const image_block& image);
+
+/// The base64 text of `bytes` (RFC 4648, with padding).
+std::string base64_encode(std::string_view bytes);
+
+using content_block = std::variant<text_block, tool_call_block, image_block, thinking_block>;
 
 struct token_cost {
     double input = 0, output = 0, cache_read = 0, cache_write = 0, total = 0;
@@ -87,6 +112,9 @@ using message_ptr = std::shared_ptr<const message>;
 std::int64_t wall_clock_ms() noexcept;
 
 message make_user_message(std::string text);
+/// A user message of `text` followed by `images` (the reference's order), one content block
+/// each; without images the same as make_user_message(text).
+message make_user_message(std::string text, std::vector<image_block> images);
 message make_tool_result(std::string tool_call_id, std::string tool_name, std::string text,
                          bool is_error);
 
@@ -94,6 +122,8 @@ message make_tool_result(std::string tool_call_id, std::string tool_name, std::s
 std::string text_of(const message& m);
 /// An assistant message that failed or was aborted: never sent back to a provider.
 bool is_failed_assistant(const message& m) noexcept;
+/// The image blocks of a message.
+std::size_t image_count(const message& m) noexcept;
 /// The tool calls of an assistant message, in order.
 std::vector<const tool_call_block*> tool_calls_of(const message& m);
 

@@ -3,8 +3,11 @@
 // docs/settings.md). Loading, layering and validation live in session/settings_loader.
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -89,10 +92,25 @@ struct limits_settings {
     std::string key_prefix = "coagent:";                 // limits.keyPrefix
 };
 
-/// The model used when the command line names none (docs/settings.md "Choosing the model").
+/// thinkingLevel: how much a reasoning model thinks (the reference's levels, in cycle order).
+enum class thinking_level : std::uint8_t { off, minimal, low, medium, high, xhigh };
+inline constexpr std::string_view thinking_level_names[] = {"off",    "minimal", "low",
+                                                            "medium", "high",    "xhigh"};
+constexpr std::string_view to_string(thinking_level l) noexcept {
+    return thinking_level_names[static_cast<std::size_t>(l)];
+}
+constexpr std::optional<thinking_level> thinking_level_from_string(std::string_view s) noexcept {
+    for (std::size_t i = 0; i < std::size(thinking_level_names); ++i)
+        if (thinking_level_names[i] == s) return static_cast<thinking_level>(i);
+    return std::nullopt;
+}
+
+/// The model used when the command line names none (docs/settings.md "Choosing the model"),
+/// and how much it thinks.
 struct model_selection_settings {
     std::string default_provider;  // defaultProvider (empty: the first provider with a key)
     std::string default_model;     // defaultModel (empty: that provider's first model)
+    thinking_level thinking = thinking_level::off;  // thinkingLevel
 };
 
 struct tui_settings {

@@ -111,6 +111,10 @@ class agent_session : private event_sink {
     /// turn cleanly — see async_prompt. The session must outlive the operation.
     boost::asio::awaitable<prompt_result> prompt(
         std::string text, streaming_behavior behavior = streaming_behavior::none);
+    /// prompt() of `text` followed by `images` (see async_prompt with images).
+    boost::asio::awaitable<prompt_result> prompt(
+        std::string text, std::vector<image_block> images,
+        streaming_behavior behavior = streaming_behavior::none);
 
     /// prompt() for any Asio completion token (callback, use_future, use_awaitable, deferred).
     /// Completion signature: void(std::exception_ptr, prompt_result); the exception_ptr is set
@@ -125,9 +129,17 @@ class agent_session : private event_sink {
     /// visible effects). A cancellation that arrives after completion has no effect.
     template <typename CompletionToken>
     auto async_prompt(std::string text, streaming_behavior behavior, CompletionToken&& token) {
+        return async_prompt(std::move(text), std::vector<image_block>{}, behavior,
+                            std::forward<CompletionToken>(token));
+    }
+    /// async_prompt() of a user message with images: `text` then `images`, one content block
+    /// each, as the reference builds it (RPC `images`, `--image`).
+    template <typename CompletionToken>
+    auto async_prompt(std::string text, std::vector<image_block> images,
+                      streaming_behavior behavior, CompletionToken&& token) {
         namespace asio = boost::asio;
         return asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
-            [this](auto handler, std::string t, streaming_behavior b) {
+            [this](auto handler, message user, streaming_behavior b) {
                 const std::uint64_t id = next_prompt_id_++;
                 auto slot = asio::get_associated_cancellation_slot(handler);
                 std::shared_ptr<bool> pending;  // only a connected slot needs it
@@ -146,12 +158,12 @@ class agent_session : private event_sink {
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
                 using completion = prompt_completion<decltype(handler)>;
-                asio::co_spawn(executor_, run_prompt(std::move(t), b, id),
+                asio::co_spawn(executor_, run_prompt(std::move(user), b, id),
                                asio::bind_cancellation_slot(
                                    asio::cancellation_slot(),
                                    completion{std::move(handler), slot, std::move(pending), this}));
             },
-            token, std::move(text), behavior);
+            token, make_user_message(std::move(text), std::move(images)), behavior);
     }
     template <typename CompletionToken>
     auto async_prompt(std::string text, CompletionToken&& token) {
@@ -187,6 +199,8 @@ class agent_session : private event_sink {
     /// backoff is running. prompt(text) without a streaming behaviour does this during a
     /// backoff and completes with the chain's result at its settle; RPC's `prompt` uses it.
     bool join_backoff(std::string text);
+    /// join_backoff() of `text` followed by `images`.
+    bool join_backoff(std::string text, std::vector<image_block> images);
     /// retry.longWait "park": the park in progress ends at this time (epoch ms); nullopt when
     /// not parked (RPC get_state's parkedUntil).
     std::optional<std::int64_t> parked_until() const noexcept;
@@ -212,6 +226,16 @@ class agent_session : private event_sink {
     bool is_streaming() const noexcept { return streaming_; }
     bool is_busy() const noexcept { return busy_; }
     bool is_compacting() const noexcept { return compacting_; }
+    /// thinkingLevel for this session (a runtime override of the setting): the next request
+    /// is sent with it. Returns the note to show when the current model does not reason (the
+    /// level is kept and ignored, never sent), else an empty string.
+    std::string set_thinking_level(thinking_level level);
+    thinking_level configured_thinking_level() const noexcept { return config_.selection.thinking; }
+    /// The level requests go out with: the configured one, or off on a model that does not
+    /// reason (effective_thinking_level).
+    thinking_level thinking_level_in_use() const {
+        return effective_thinking_level(model(), config_.selection.thinking);
+    }
     void set_auto_compaction_enabled(bool enabled) noexcept {
         config_.compaction.enabled = enabled;
     }
@@ -312,10 +336,12 @@ class agent_session : private event_sink {
     void drop_failed_reply(run_state& st);  // a wait or park begins: §3.9
     run_action next_queued(run_state& st, bool prompt_over_aborted);
     void settle(bool has_result);
-    boost::asio::awaitable<prompt_result> run_prompt(std::string text, streaming_behavior b,
+    boost::asio::awaitable<prompt_result> run_prompt(message user, streaming_behavior b,
                                                      std::uint64_t id);
-    boost::asio::awaitable<prompt_result> queue_while_busy(std::string text, streaming_behavior b,
+    boost::asio::awaitable<prompt_result> queue_while_busy(message user, streaming_behavior b,
                                                            std::uint64_t id);
+    bool join_backoff_message(message user);
+    void omit_older_images();
     // a prompt whose message joined a backoff: parked until the settle, with the chain's result
     boost::asio::awaitable<prompt_result> wait_for_settle(std::uint64_t id);
     void settle_after_compaction();

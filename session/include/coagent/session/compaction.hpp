@@ -27,8 +27,13 @@ std::string summary_message_text(std::string_view summary);
 /// The summary inside a message made by summary_message_text, if `m` is one.
 std::optional<std::string> summary_of(const message& m);
 
-/// Tokens of a message: estimated as ceil(characters / 4) of its text and tool-call arguments
-/// (provider usage describes whole requests, not single messages).
+/// What one image counts for in estimate_tokens, in characters: 4800 (1200 tokens), the
+/// reference's fixed estimate — the base64 size says little about an image's token cost.
+inline constexpr std::size_t image_estimate_chars = 4800;
+
+/// Tokens of a message: estimated as ceil(characters / 4) of its text, thinking, tool-call names
+/// and arguments, plus image_estimate_chars per image (provider usage describes whole requests,
+/// not single messages).
 std::int64_t estimate_tokens(const message& m);
 
 /// Tokens the context used at the last successful reply: its usage.totalTokens, else

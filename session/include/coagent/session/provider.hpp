@@ -4,6 +4,7 @@
 
 #include <coagent/runtime/abort_signal.hpp>
 #include <coagent/runtime/message.hpp>
+#include <coagent/runtime/settings.hpp>
 #include <coagent/session/auth_storage.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -67,7 +68,17 @@ struct provider_request {
     std::string session_id;
     /// Where the codec keeps each message's text between requests; none: written every time.
     wire_fragments* fragments = nullptr;
+    /// thinkingLevel: how much the model thinks; the wire formats send it only when
+    /// effective_thinking_level() says so.
+    thinking_level thinking = thinking_level::off;
 };
+
+/// The level a request is sent with: `level`, or off on a model that does not reason
+/// (models.json "reasoning": false) — a level there is ignored, never sent.
+constexpr thinking_level effective_thinking_level(const model_info& m,
+                                                  thinking_level level) noexcept {
+    return m.reasoning ? level : thinking_level::off;
+}
 
 /// Receives the progress of a streamed reply; `partial` is the message being filled.
 class stream_observer {
@@ -75,6 +86,12 @@ class stream_observer {
     virtual ~stream_observer() = default;
     virtual void on_message_start(const message& partial) = 0;
     virtual void on_text_delta(const message& partial, std::string_view delta) = 0;
+    /// Thinking appended to the last thinking block of `partial` (Anthropic thinking_delta).
+    /// Redacted thinking and signatures arrive whole in the message, without a delta.
+    virtual void on_thinking_delta(const message& partial, std::string_view delta) {
+        (void)partial;
+        (void)delta;
+    }
 };
 
 class provider {

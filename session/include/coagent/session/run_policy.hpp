@@ -78,6 +78,9 @@ struct run_action {
         run_queued,    ///< the prompt is over; the next queued message runs (a new logical prompt)
         settle,        ///< the busy period is over: agent_settled, prompts complete with result()
         summary_done,  ///< the summary request's reply is final (summary_cancelled() says why)
+        /// 413 with images (§11.33): drop the failed reply, replace all but the newest image of
+        /// the context with omitted_image_text, then run
+        omit_images,
         /// retry.longWait "park": wait `delay_ms` (to the wake, `until_ms` + spread), then
         /// on_park_done(); `poll`: only waiting for another session's probe (nothing to record)
         park,
@@ -114,6 +117,7 @@ struct run_end {
     bool over_threshold = false;     ///< `last`'s context is above window - reserve
     bool has_queued = false;         ///< follow-up or steering messages are waiting
     bool can_fall_back = false;      ///< a model catalog can name fallback models
+    std::int64_t images = 0;         ///< image blocks in the request the run was sent with
     /// retry.budget.enabled: the store that holds the budgets (null: no budget)
     limit_store* budget = nullptr;
     /// retry.longWait "park": the park probes' store, this session, now
@@ -145,6 +149,10 @@ classification prefill_rejection_classification();
 /// continuation's first text block joins it (one text block), and the failed attempt's usage is
 /// added to the continuation's.
 void join_continuation(message& reply, const message& failed);
+
+/// A reply that failed because the request was too large for the provider: HTTP 413, or the
+/// error type or text `request_too_large` (Anthropic).
+bool is_request_too_large(const message& failed) noexcept;
 
 class run_policy {
   public:
@@ -269,6 +277,8 @@ class run_policy {
     bool abort_requested_ : 1 = false;
     bool over_threshold_ : 1 = false;
     bool has_queued_ : 1 = false;
+    bool images_omitted_ : 1 = false;  // §11.33: this prompt already omitted images
+    std::int64_t images_ = 0;          // the last run's request images
 };
 
 }  // namespace coagent
