@@ -65,6 +65,17 @@ image_block load_image_file(const std::filesystem::path& file) {
 
 namespace fs = std::filesystem;
 
+redis_limit_store_options redis_store_options(const limits_settings& ls) {
+    std::string why;
+    redis_limit_store_options ro;
+    ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
+    ro.key_prefix = ls.key_prefix;
+    ro.logger = std::make_shared<spdlog::logger>("limits",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    ro.logger->set_pattern("%v");  // the documented lines, as they are
+    return ro;
+}
+
 app_context::app_context(boost::asio::io_context& io, app_options opts)
     : io_(io), opts_(std::move(opts)), store_(settings_store::defaults()) {
     try {
@@ -78,14 +89,7 @@ app_context::app_context(boost::asio::io_context& io, app_options opts)
 
     const limits_settings& ls = store_.current().limits_or_default();
     if (ls.store == limit_store_kind::redis) {
-        std::string why;
-        redis_limit_store_options ro;
-        ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
-        ro.key_prefix = ls.key_prefix;
-        ro.logger = std::make_shared<spdlog::logger>(
-            "limits", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-        ro.logger->set_pattern("%v");  // the documented lines, as they are
-        limits_ = std::make_shared<redis_limit_store>(io_.get_executor(), std::move(ro));
+        limits_ = std::make_shared<redis_limit_store>(io_.get_executor(), redis_store_options(ls));
     } else {
         limits_ = process_limit_store();
     }

@@ -11,9 +11,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 #include <iostream>
 
@@ -134,13 +131,7 @@ int run_limits_command(bool json_out, bool clear, const std::optional<std::strin
         std::shared_ptr<redis_limit_store> redis;
         std::string where;
         if (ls.store == limit_store_kind::redis) {
-            std::string why;
-            redis_limit_store_options ro;
-            ro.endpoint = *parse_redis_url(ls.redis_url, why);  // validated with the settings
-            ro.key_prefix = ls.key_prefix;
-            ro.logger = std::make_shared<spdlog::logger>(
-                "limits", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-            ro.logger->set_pattern("%v");
+            redis_limit_store_options ro = redis_store_options(ls);
             where = ro.endpoint.host + ":" + std::to_string(ro.endpoint.port);
             redis = std::make_shared<redis_limit_store>(io.get_executor(), std::move(ro));
             store = redis;

@@ -110,12 +110,7 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
 
 void in_memory_auth_storage::end_session(std::string_view session_id) {
     std::lock_guard lock(mutex_);
-    std::erase_if(in_use_, [&](const auto& e) {
-        const auto nl = e.first.find('\n');
-        if (std::string_view(e.first).substr(nl + 1) != session_id) return false;
-        if (shared_) shared_->release_credential(e.first.substr(0, nl), session_id);
-        return true;
-    });
+    end_session_in(in_use_, session_id);
 }
 
 std::int64_t in_memory_auth_storage::blocked_until(std::string_view provider,

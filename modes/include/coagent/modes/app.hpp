@@ -4,6 +4,7 @@
 
 #include <coagent/classify/classify.hpp>
 #include <coagent/providers/faux_provider.hpp>
+#include <coagent/providers/redis_limit_store.hpp>
 #include <coagent/session/agent_session.hpp>
 #include <coagent/session/settings_store.hpp>
 
@@ -144,6 +145,10 @@ class app_catalog final : public model_catalog {
 };
 
 /// The environment of a running coagent: options, settings, the provider.
+/// The Redis store's options from the settings' `limits` group (redis_url already validated
+/// by the settings), its warnings on stderr as the documented lines.
+redis_limit_store_options redis_store_options(const limits_settings& ls);
+
 class app_context {
   public:
     /// Loads settings ($COAGENT_DIR/settings.json, <cwd>/.coagent/settings.json) and builds the

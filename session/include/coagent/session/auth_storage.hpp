@@ -60,6 +60,17 @@ class auth_storage {
 
   protected:
     std::shared_ptr<limit_store> shared_;
+    /// end_session for a map keyed provider + '\n' + session id: erases the session's entries
+    /// and gives their leases back to the shared store (the caller holds its lock).
+    template <class Map>
+    void end_session_in(Map& in_use, std::string_view session_id) {
+        std::erase_if(in_use, [&](const auto& e) {
+            const auto nl = e.first.find('\n');
+            if (std::string_view(e.first).substr(nl + 1) != session_id) return false;
+            if (shared_) shared_->release_credential(e.first.substr(0, nl), session_id);
+            return true;
+        });
+    }
 };
 
 /// Credentials held in memory. Thread-safe. `now_ms` is injectable for tests.
