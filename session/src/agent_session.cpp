@@ -555,9 +555,13 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-// a prompt that starts the busy period. The user message comes as a pointer: a message by value
-// would sit in this frame for the whole prompt
-asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user, std::uint64_t id) {
+// every prompt's coroutine, made when async_prompt is called (so its frame is a block of its own
+// size, not one Asio's recycling allocator kept from a larger, freed frame of a run). The user
+// message comes as a pointer: a message by value would sit in this frame for the whole prompt
+asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user,
+                                                         streaming_behavior behavior,
+                                                         std::uint64_t id) {
+    if (busy_ || compacting_) co_return co_await prompt_while_busy(std::move(user), behavior, id);
     busy_ = true;
     running_id_ = id;
     abort_.reset();
@@ -569,8 +573,8 @@ asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user, std::
     co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
 
-// a prompt while the session is busy or compacting (async_prompt chooses it when the prompt
-// starts): a coroutine of its own, so that what it keeps is not in the frame of every prompt
+// a prompt while the session is busy or compacting: a coroutine of its own, so that what it keeps
+// is not in the frame of every prompt
 asio::awaitable<prompt_result> agent_session::prompt_while_busy(message_ptr user,
                                                                 streaming_behavior behavior,
                                                                 std::uint64_t id) {

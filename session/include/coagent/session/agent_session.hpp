@@ -158,17 +158,10 @@ class agent_session : private event_sink {
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
                 using completion = prompt_completion<decltype(handler)>;
-                // the session's state decides when the coroutine starts, not here (a prompt
-                // made while another is about to start is queued behind it)
-                asio::co_spawn(
-                    executor_,
-                    [this, user = std::move(user), b, id]() mutable {
-                        return busy_ || compacting_ ? prompt_while_busy(std::move(user), b, id)
-                                                    : run_prompt(std::move(user), id);
-                    },
-                    asio::bind_cancellation_slot(
-                        asio::cancellation_slot(),
-                        completion{std::move(handler), slot, std::move(pending), this}));
+                asio::co_spawn(executor_, run_prompt(std::move(user), b, id),
+                               asio::bind_cancellation_slot(
+                                   asio::cancellation_slot(),
+                                   completion{std::move(handler), slot, std::move(pending), this}));
             },
             token,
             std::make_shared<const message>(make_user_message(std::move(text), std::move(images))),
@@ -351,7 +344,8 @@ class agent_session : private event_sink {
     void drop_failed_reply(run_state& st);  // a wait or park begins: §3.9
     run_action next_queued(run_state& st, bool prompt_over_aborted);
     void settle(bool has_result);
-    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user, std::uint64_t id);
+    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user, streaming_behavior b,
+                                                     std::uint64_t id);
     boost::asio::awaitable<prompt_result> prompt_while_busy(message_ptr user, streaming_behavior b,
                                                             std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(message_ptr user, streaming_behavior b,
