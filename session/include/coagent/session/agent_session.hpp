@@ -305,8 +305,6 @@ class agent_session : private event_sink {
     boost::asio::any_io_executor get_executor() const noexcept { return executor_; }
 
   private:
-    // async_prompt's completion handler: it reports through the handler's associated executor
-    // (default: the session's), computed when asked rather than stored in co_spawn's frame
     // a connected slot of prompt `id`'s completion: terminal and partial cancel it
     // (cancel_prompt, posted); returns the flag its completion clears (null: no slot)
     std::shared_ptr<bool> bind_prompt_slot(boost::asio::cancellation_slot& slot, std::uint64_t id) {
@@ -325,6 +323,8 @@ class agent_session : private event_sink {
     }
     boost::asio::awaitable<prompt_result> run_resume_park(std::uint64_t id);
 
+    // async_prompt's completion handler: it reports through the handler's associated executor
+    // (default: the session's), computed when asked rather than stored in co_spawn's frame
     template <typename Handler>
     struct prompt_completion {
         Handler h;
