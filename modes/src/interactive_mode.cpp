@@ -500,6 +500,9 @@ class interactive_ui {
                 ctl_.on_other_key();
                 suspend();
                 return;
+            case kk::ctrl_t:
+                perform(ctl_.on_ctrl_t());
+                return;
             case kk::newline: {
                 ctl_.on_other_key();
                 const char32_t nl = '\n';
@@ -602,6 +605,10 @@ class interactive_ui {
                 return;
             case tui_command::kind::compact:
                 launch_compact(c.text);
+                return;
+            case tui_command::kind::redraw:  // Ctrl+T: the thinking blocks folded or whole
+                printer_.set_thinking_expanded(ctl_.thinking_expanded());
+                render(true);
                 return;
             case tui_command::kind::show_settings: {
                 std::string text = "Retry settings (" +

@@ -115,6 +115,7 @@ std::string_view to_string(esc_action a) noexcept {
 // ---- tui_controller ------------------------------------------------------------------------
 
 void tui_controller::add(transcript_item::kind k, std::string text) {
+    if (k == transcript_item::kind::thinking) has_thinking_ = true;
     transcript_.push_back(transcript_item{k, std::move(text)});
     ++revision_;
 }
@@ -489,6 +490,7 @@ void tui_controller::begin_pick(tui_command::kind k, std::string title,
 
 void tui_controller::reset_transcript() {
     transcript_.clear();
+    has_thinking_ = false;
     streaming_ = false;
     pending_error_.reset();
     last_failed_.clear();
@@ -526,6 +528,17 @@ tui_command tui_controller::on_ctrl_d(bool input_empty) {
     on_other_key();
     tui_command c;
     c.type = input_empty ? tui_command::kind::exit : tui_command::kind::edit;
+    return c;
+}
+
+tui_command tui_controller::on_ctrl_t() {
+    on_other_key();
+    thinking_expanded_ = !thinking_expanded_;
+    hint_ = thinking_expanded_ ? "Thinking blocks: expanded (ctrl+t folds them)"
+                               : "Thinking blocks: folded (ctrl+t expands them)";
+    ++revision_;
+    tui_command c;
+    c.type = tui_command::kind::redraw;
     return c;
 }
 
@@ -690,6 +703,10 @@ std::string tui_controller::status_text() const {
     if (!queued_.empty()) {
         sep();
         s += std::to_string(queued_.size()) + " queued";
+    }
+    if (has_thinking_ && loader_ != loader_kind::retry) {  // the key that shows them (issue 24)
+        sep();
+        s += thinking_expanded_ ? "ctrl+t: fold thinking" : "ctrl+t: expand thinking";
     }
     sep();
     if (loader_ == loader_kind::retry) {  // "… · rate limited · 429 Too Many Requests"

@@ -19,6 +19,15 @@
 #include <clocale>
 #include <random>
 
+namespace Catch {
+template <>
+struct StringMaker<coagent::tui::screen_row> {
+    static std::string convert(const coagent::tui::screen_row& r) {
+        return "{\"" + r.text + "\", " + std::to_string(static_cast<int>(r.style)) + "}";
+    }
+};
+}  // namespace Catch
+
 using namespace coagent;
 using namespace std::chrono_literals;
 using key = tui::key_decoder::key;
@@ -910,14 +919,15 @@ TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
     CHECK(ks[0].chars == U"hi\u4e2d");
     CHECK(ks[1].type == key::kind::enter);
 
-    ks = feed(k, {"\n", "\x03", "\x04", "\x1a", "\x1b\r", "\x1b[13;2u"});
-    REQUIRE(ks.size() == 6);
+    ks = feed(k, {"\n", "\x03", "\x04", "\x1a", "\x1b\r", "\x1b[13;2u", "\x14"});
+    REQUIRE(ks.size() == 7);
     CHECK(ks[0].type == key::kind::newline);
     CHECK(ks[1].type == key::kind::ctrl_c);
     CHECK(ks[2].type == key::kind::ctrl_d);
     CHECK(ks[3].type == key::kind::ctrl_z);
     CHECK(ks[4].type == key::kind::newline);
     CHECK(ks[5].type == key::kind::newline);
+    CHECK(ks[6].type == key::kind::ctrl_t);  // toggle thinking, not libedit's transpose
 
     ks = feed(k, {"\x7f\x01\x0b"});  // backspace, Ctrl+A, Ctrl+K go to the editor
     REQUIRE(ks.size() == 1);
@@ -2110,6 +2120,85 @@ TEST_CASE("tui: thinking is its own item, dimmed and folded to one line (issue 2
     r.collect(streaming, true, 40, commit, live);
     CHECK(commit.empty());
     CHECK(live == std::vector<screen_row>{{"\u273b Thinking: a b c d", row_style::notice}});
+}
+
+TEST_CASE("tui: Ctrl+T expands every thinking block to its whole text and folds it again",
+          "[content]") {
+    driver d;
+    CHECK(d.c.status_text().find("ctrl+t") == std::string::npos);  // no thinking yet: no hint
+    d.start_prompt("look");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    message_update_event u;
+    u.message = partial;
+    u.delta = "First I look at the\npicture closely.";
+    u.kind = delta_kind::thinking;
+    d.ev(u);
+    // the key is named in the status line once a thinking block is there
+    CHECK(d.c.status_text() ==
+          "ctrl+t: expand thinking \u00b7 esc: interrupt \u00b7 enter: queue a follow-up");
+    CHECK_FALSE(d.c.thinking_expanded());
+    const tui_command c = d.c.on_ctrl_t();
+    CHECK(c.type == tui_command::kind::redraw);
+    CHECK(d.c.thinking_expanded());
+    CHECK(d.c.status_text() == "Thinking blocks: expanded (ctrl+t folds them)");
+    d.c.on_other_key();  // the next key: the hint names the other direction
+    CHECK(d.c.status_text() ==
+          "ctrl+t: fold thinking \u00b7 esc: interrupt \u00b7 enter: queue a follow-up");
+
+    std::vector<transcript_item> items{{kind::user, "look"},
+                                       {kind::thinking, "First I look at the\npicture closely.\n"},
+                                       {kind::assistant, "A logo."}};
+    const std::vector<screen_row> expanded{{"> look", row_style::user},
+                                           {"", row_style::plain},
+                                           {"\u273b Thinking:", row_style::notice},
+                                           {"  First I look at", row_style::notice},
+                                           {"  the", row_style::notice},
+                                           {"  picture closely.", row_style::notice},
+                                           {"", row_style::plain},
+                                           {"A logo.", row_style::assistant}};
+    const std::vector<screen_row> folded{{"> look", row_style::user},
+                                         {"", row_style::plain},
+                                         {"\u273b Thinking: First I\u2026", row_style::notice},
+                                         {"", row_style::plain},
+                                         {"A logo.", row_style::assistant}};
+    tui::transcript_printer p;
+    std::vector<screen_row> commit, live;
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == folded);
+    // the shell's redraw: the same printer, reset, everything again whole
+    p.set_thinking_expanded(true);
+    p.reset();
+    commit.clear();
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == expanded);
+    // and folded again
+    p.set_thinking_expanded(false);
+    p.reset();
+    commit.clear();
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == folded);
+
+    SECTION("while it streams, expanded: finished rows are printed, the last stays live") {
+        tui::transcript_printer s;
+        s.set_thinking_expanded(true);
+        std::vector<transcript_item> streaming{{kind::thinking, "one two three four five"}};
+        commit.clear();
+        s.collect(streaming, true, 12, commit, live);
+        CHECK(commit == std::vector<screen_row>{{"\u273b Thinking:", row_style::notice},
+                                                {"  one two", row_style::notice},
+                                                {"  three four", row_style::notice}});
+        CHECK(live == std::vector<screen_row>{{"  five", row_style::notice}});
+        streaming[0].text += " six";
+        commit.clear();
+        s.collect(streaming, true, 12, commit, live);
+        CHECK(commit.empty());
+        CHECK(live == std::vector<screen_row>{{"  five six", row_style::notice}});
+    }
+    SECTION("a new transcript (/new) has no thinking: no hint") {
+        d.c.reset_transcript();
+        CHECK(d.c.status_text().find("ctrl+t") == std::string::npos);
+    }
 }
 
 TEST_CASE(

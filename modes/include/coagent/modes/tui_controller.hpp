@@ -54,7 +54,7 @@ struct transcript_item {
         error,      ///< "Error: …", "Retry failed after …", compaction failures
         notice,     ///< "Aborted", "Context compacted", discarded queued messages
         tool,       ///< tool calls and their results
-        thinking,   ///< the model's thinking (grows while it streams), shown folded to one line
+        thinking,   ///< the model's thinking (grows while it streams), folded to one line or whole (Ctrl+T)
     };
     kind type = kind::notice;
     std::string text;
@@ -98,6 +98,8 @@ struct tui_command {
         resume,          ///< `/resume`: continue the session file `text`; empty: list them
         compact,         ///< `/compact [instructions]`: session.compact(text)
         show_settings,   ///< `/settings`: the effective retry settings and where each came from
+        redraw,          ///< Ctrl+T: draw the transcript again from its first item (the thinking
+                         ///< blocks folded or expanded: thinking_expanded())
     };
     kind type = kind::none;
     /// submit: the message (also `/retry` resending the last failed prompt); set_auto_retry:
@@ -168,6 +170,11 @@ class tui_controller {
     /// as a first one again).
     tui_command on_ctrl_c(bool input_empty, time_point now);
     tui_command on_ctrl_d(bool input_empty);
+    /// Ctrl+T (the reference's "toggle thinking"): every thinking block switches between the
+    /// folded one-line view and its whole text; the status line says which until the next key.
+    tui_command on_ctrl_t();
+    /// The thinking blocks are shown whole (Ctrl+T), not folded to one line (the default).
+    bool thinking_expanded() const noexcept { return thinking_expanded_; }
     /// Any other key (ends a Ctrl+C sequence).
     void on_other_key();
     void set_model_label(std::string label) {
@@ -271,6 +278,8 @@ class tui_controller {
     std::string totals_label_;
     limit_kind retry_limit_ = limit_kind::none;
     bool auto_retry_ = true;
+    bool thinking_expanded_ = false;
+    bool has_thinking_ = false;  // the transcript holds a thinking block (the status names Ctrl+T)
     std::uint64_t revision_ = 1;
 };
 

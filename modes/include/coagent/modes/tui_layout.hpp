@@ -35,6 +35,11 @@ class transcript_printer {
     void reset() noexcept;
     /// Assistant replies rendered as Markdown (tui.markdown, --no-markdown) or as plain text.
     void set_markdown(bool on) noexcept { markdown_ = on; }
+    /// Thinking blocks shown whole (Ctrl+T): a row "✻ Thinking:", then the text word-wrapped
+    /// and indented two columns, its line breaks kept, dimmed. Otherwise (the default) folded
+    /// to the one row "✻ Thinking: <the text, line breaks as spaces>", cut with "…". A change
+    /// takes effect from the next reset().
+    void set_thinking_expanded(bool on) noexcept { thinking_expanded_ = on; }
 
   private:
     std::size_t committed_items_ = 0;  // transcript items printed for good
@@ -43,6 +48,7 @@ class transcript_printer {
     std::size_t item_rows_ = 0;        // rows of that item already printed
     std::size_t item_blocks_ = 0;      // Markdown: blocks of that item already printed
     bool markdown_ = false;
+    bool thinking_expanded_ = false;
 };
 
 /// What the live region shows.
