@@ -243,7 +243,10 @@ live_region compose_live(const live_input& in) {
     for (int k = first; k < last; ++k)
         live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
                                   row_style::input});
-    live.push_back(screen_row{truncate_to_width(in.status, w), row_style::status});
+    live.push_back(screen_row{
+        truncate_to_width(
+            in.attachments.empty() ? in.status : in.attachments + " \u00b7 " + in.status, w),
+        row_style::status});
     if (!in.footer.empty())
         live.push_back(screen_row{truncate_to_width(in.footer, w), row_style::status});
     // a terminal smaller than the fixed rows: drop from the top, keep the cursor
