@@ -197,7 +197,11 @@ void tui_controller::on_event(const event& e, time_point now) {
         if (!me->message || me->message->role != message_role::assistant) return;
         const message& m = *me->message;
         if (!streaming_) {
-            // a reply that came without updates is shown whole
+            // a reply that came without updates (a resumed session's) is shown whole: its
+            // thinking blocks first, each an item, then its text
+            for (const auto& b : m.content)
+                if (const auto* th = std::get_if<thinking_block>(&b); th && !th->thinking.empty())
+                    add(transcript_item::kind::thinking, th->thinking);
             std::string text = text_of(m);
             if (!text.empty()) add(transcript_item::kind::assistant, std::move(text));
         }
@@ -422,6 +426,11 @@ tui_command tui_controller::slash(std::string_view input) {
         for (const auto& cmd : commands)
             text += "\n  " + std::string(cmd.name) + (cmd.args.empty() ? "" : " ") +
                     std::string(cmd.args) + " \u2014 " + std::string(cmd.help);
+        // the keys that are not in the status line (the reference's hotkeys list has them)
+        text +=
+            "\nKeys: ctrl+t expands or folds the thinking blocks \u00b7 @FILE attaches an image "
+            "(.png .jpg .gif .webp) \u00b7 ctrl+j new line \u00b7 ctrl+r history search \u00b7 "
+            "ctrl+z suspend";
         add(transcript_item::kind::notice, std::move(text));
         return c;
     }

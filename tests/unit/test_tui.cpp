@@ -1541,7 +1541,10 @@ TEST_CASE("tui: slash commands are local, an unknown one is an error and never a
         help.starts_with("Commands (Tab completes a name):\n  /help \u2014 list the commands\n"
                          "  /model [provider/id] \u2014 switch the model (without one: a "
                          "numbered list to pick from)\n"));
-    CHECK(help.ends_with("\n  /quit \u2014 exit coagent"));
+    CHECK(help.ends_with(
+        "\n  /quit \u2014 exit coagent\nKeys: ctrl+t expands or folds the thinking blocks \u00b7 "
+        "@FILE attaches an image (.png .jpg .gif .webp) \u00b7 ctrl+j new line \u00b7 ctrl+r "
+        "history search \u00b7 ctrl+z suspend"));
     std::vector<std::string> names;
     for (const auto& cmd : slash_commands()) names.emplace_back(cmd.name);
     CHECK(names == std::vector<std::string>{"/help", "/model", "/new", "/resume", "/compact",
@@ -2196,6 +2199,19 @@ TEST_CASE("tui: Ctrl+T expands every thinking block to its whole text and folds 
         s.collect(streaming, true, 12, commit, live);
         CHECK(commit.empty());
         CHECK(live == std::vector<screen_row>{{"  five six", row_style::notice}});
+    }
+    SECTION("a reply without updates (a resumed session's) shows its thinking too") {
+        driver e;
+        auto mm = std::make_shared<message>(*assistant_msg("A logo."));
+        mm->content.insert(mm->content.begin(), thinking_block{"Hmm.", "sig", false});
+        message_ptr m = mm;
+        e.ev(message_start_event{m});
+        e.ev(message_end_event{m});
+        REQUIRE(e.c.transcript().size() == 2);
+        CHECK(e.c.transcript()[0].type == kind::thinking);
+        CHECK(e.c.transcript()[0].text == "Hmm.");
+        CHECK(e.c.transcript()[1].type == kind::assistant);
+        CHECK(e.c.status_text().find("ctrl+t: expand thinking") == 0);
     }
     SECTION("a new transcript (/new) has no thinking: no hint") {
         d.c.reset_transcript();

@@ -2,11 +2,12 @@
 # Thinking blocks (issue 24): coagent on coagent-fakellm (Anthropic Messages, thinking deltas)
 # shows the model's thinking dimmed and folded to one line, names Ctrl+T in the status line;
 # Ctrl+T draws the transcript again with every thinking block whole (line breaks kept, a
-# header row), a second Ctrl+T folds them again.
+# header row), a second Ctrl+T folds them again; the session resumed shows its thinking
+# folded again, and Ctrl+T expands it.
 # Usage: thinking.sh <path to coagent> <path to coagent-fakellm>
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 start_fakellm '[{"thinking":"First I look at the picture closely. It shows a small red logo on a white field, drawn by hand with a thick brush.","text":"A logo."},{"thinking":"Second thoughts.","text":"Still a logo."}]'
-start_coagent '[]' 80 30
+COAGENT_ARGS="--session-dir $work/sessions" start_coagent '[]' 80 30
 type_line "what is it"
 wait_for "A logo."
 wait_for "ctrl+t: expand thinking"
@@ -35,4 +36,15 @@ expect screen_has "✻ Thinking: First I look at the picture closely. It shows a
 expect screen_has "A logo."
 # the second request sent the signed thinking back
 expect grep -q '"thinking":1' "$work/fake.log"
+T send-keys -t main C-d
+wait_for "EXIT=0"
+stop_coagent
+
+# the session resumed: its thinking blocks folded (the default again), Ctrl+T expands them
+COAGENT_ARGS="--continue --session-dir $work/sessions" START_TEXT="Still a logo." start_coagent '[]' 80 30
+expect screen_has "✻ Thinking: First I look at the picture closely. It shows a small red logo on a…"
+expect screen_has "✻ Thinking: Second thoughts."
+wait_for "ctrl+t: expand thinking"
+T send-keys -t main C-t
+wait_for "  field, drawn by hand with a thick brush."
 finish 0
