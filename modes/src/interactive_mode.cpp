@@ -316,7 +316,10 @@ class interactive_ui {
 
         render(false);
         if (session_->open_park_in_history()) launch_resume_park();  // --continue of a park
-        if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
+        if (app_.options().message) {  // MESSAGE (its error lines, if any, drawn at once)
+            perform(ctl_.on_enter(*app_.options().message));
+            schedule_render();
+        }
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
             request_exit(exit_code_);
@@ -649,6 +652,11 @@ class interactive_ui {
         }
         const tui_command next = ctl_.on_attachments_loaded(c.text, errors);
         if (next.type == tui_command::kind::submit) next_images_ = std::move(images);
+        if (!errors.empty() && editor_.text() != to_u32(c.text)) {
+            // `coagent MESSAGE` or /retry: the message comes into the input to be corrected
+            editor_.clear();
+            editor_.insert(to_u32(c.text));
+        }
         perform(next);
     }
 

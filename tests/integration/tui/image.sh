@@ -11,7 +11,7 @@ printf '\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\
 cp "$work/shot.png" "$work/my shot.png"
 echo "not an image" > "$work/fake.png"
 truncate -s 21M "$work/big.png"
-start_fakellm '[{"text":"A red dot."},{"text":"The same dot."}]'
+start_fakellm '[{"text":"A red dot."},{"text":"The same dot."},{"text":"First dot."}]'
 start_coagent '[]' 100 30
 
 # the marker while typing: the status line names the image
@@ -47,4 +47,18 @@ expect input_is "@\"$work/my shot.png\" again"
 T send-keys -t main Enter
 wait_for "The same dot."
 expect grep -q '"request":2,.*"images":2,' "$work/fake.log"  # this one and the first turn's
+T send-keys -t main C-d
+wait_for "EXIT=0"
+stop_coagent
+
+# `coagent MESSAGE`: the first message attaches its images too; an error puts it in the input
+COAGENT_ARGS="--no-session 'first @missing.png'" START_TEXT="Not sent: missing.png: no such file" \
+  start_coagent '[]' 100 30
+expect input_is "first @missing.png"
+expect [ "$(fake_requests)" = 2 ]
+T send-keys -t main C-d C-u C-d
+wait_for "EXIT=0"
+stop_coagent
+COAGENT_ARGS="--no-session 'first @shot.png'" START_TEXT="First dot." start_coagent '[]' 100 30
+expect grep -q '"request":3,.*"images":1,' "$work/fake.log"
 finish 0
