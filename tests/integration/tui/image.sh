@@ -33,7 +33,7 @@ for bad in "missing.png|no such file" "fake.png|not a PNG, JPEG, GIF or WebP ima
   wait_for "Not sent: $file: $why"
   expect input_is "look at @$file"
   T send-keys -t main C-u
-  wait_for "enter: send"
+  wait_gone "1 image: $file"
 done
 expect [ "$(fake_requests)" = 1 ]
 
