@@ -291,6 +291,8 @@ class interactive_ui {
         screen_.emplace(std::move(caps));
         printer_.set_markdown(app_.settings_layers().current().tui.markdown &&
                               !app_.options().no_markdown);
+        ctl_.set_thinking_expanded(app_.settings_layers().current().tui.expand_thinking);
+        printer_.set_thinking_expanded(ctl_.thinking_expanded());
         std::tie(width_, height_) = term_.size();
 
         const model_info m = session_->model();
@@ -619,10 +621,17 @@ class interactive_ui {
             case tui_command::kind::compact:
                 launch_compact(c.text);
                 return;
-            case tui_command::kind::redraw:  // Ctrl+T: the thinking blocks folded or whole
+            case tui_command::kind::redraw: {  // Ctrl+T: the thinking blocks folded or whole
                 printer_.set_thinking_expanded(ctl_.thinking_expanded());
+                // kept for the next start, as the reference keeps hideThinkingBlock
+                const std::string error =
+                    app_.override_and_persist("tui.expandThinking", ctl_.thinking_expanded());
+                if (!error.empty())
+                    ctl_.add_item(transcript_item::kind::error,
+                                  "Thinking blocks: saving tui.expandThinking failed: " + error);
                 render(true);
                 return;
+            }
             case tui_command::kind::show_settings: {
                 std::string text = "Retry settings (" +
                                    app_.settings_layers().global_file().string() + ", then " +

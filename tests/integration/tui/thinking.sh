@@ -3,7 +3,8 @@
 # shows the model's thinking dimmed and folded to one line, names Ctrl+T in the status line;
 # Ctrl+T draws the transcript again with every thinking block whole (line breaks kept, a
 # header row), a second Ctrl+T folds them again; the session resumed shows its thinking
-# folded again, and Ctrl+T expands it.
+# folded again, and Ctrl+T expands it; that choice is saved (tui.expandThinking) for the
+# next start.
 # Usage: thinking.sh <path to coagent> <path to coagent-fakellm>
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 start_fakellm '[{"thinking":"First I look at the picture closely. It shows a small red logo on a white field, drawn by hand with a thick brush.","text":"A logo."},{"thinking":"Second thoughts.","text":"Still a logo."}]'
@@ -47,4 +48,12 @@ expect screen_has "✻ Thinking: Second thoughts."
 wait_for "ctrl+t: expand thinking"
 T send-keys -t main C-t
 wait_for "  field, drawn by hand with a thick brush."
+# the choice is saved (tui.expandThinking) and the next start shows thinking whole at once
+expect grep -q '"expandThinking": *true' "$COAGENT_DIR/settings.json"
+T send-keys -t main C-d
+wait_for "EXIT=0"
+stop_coagent
+COAGENT_ARGS="--continue --session-dir $work/sessions" START_TEXT="Still a logo." start_coagent '[]' 80 30
+expect screen_has "  field, drawn by hand with a thick brush."
+expect screen_has "ctrl+t: fold thinking"
 finish 0

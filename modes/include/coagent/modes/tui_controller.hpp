@@ -207,6 +207,8 @@ class tui_controller {
     tui_command on_ctrl_t();
     /// The thinking blocks are shown whole (Ctrl+T), not folded to one line (the default).
     bool thinking_expanded() const noexcept { return thinking_expanded_; }
+    /// The shell tells the saved choice at start (setting tui.expandThinking).
+    void set_thinking_expanded(bool on) noexcept { thinking_expanded_ = on; }
     /// Any other key (ends a Ctrl+C sequence).
     void on_other_key();
     void set_model_label(std::string label) {
