@@ -29,8 +29,8 @@
 
 namespace coagent {
 
-image_block load_image_file(const std::filesystem::path& file) {
-    const std::string name = "--image " + file.string();
+image_block load_image_file(const std::filesystem::path& file, std::string_view label) {
+    const std::string name = label.empty() ? "--image " + file.string() : std::string(label);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec))
         throw config_error(

@@ -291,6 +291,8 @@ class interactive_ui {
         screen_.emplace(std::move(caps));
         printer_.set_markdown(app_.settings_layers().current().tui.markdown &&
                               !app_.options().no_markdown);
+        ctl_.set_thinking_expanded(app_.settings_layers().current().tui.expand_thinking);
+        printer_.set_thinking_expanded(ctl_.thinking_expanded());
         std::tie(width_, height_) = term_.size();
 
         const model_info m = session_->model();
@@ -316,7 +318,10 @@ class interactive_ui {
 
         render(false);
         if (session_->open_park_in_history()) launch_resume_park();  // --continue of a park
-        if (app_.options().message) perform(ctl_.on_enter(*app_.options().message));  // MESSAGE
+        if (app_.options().message) {  // MESSAGE (its error lines, if any, drawn at once)
+            perform(ctl_.on_enter(*app_.options().message));
+            schedule_render();
+        }
         asio::co_spawn(io_, read_loop(), [this](std::exception_ptr e) {
             if (e) log_exception("reading the terminal", e);
             request_exit(exit_code_);
@@ -500,16 +505,26 @@ class interactive_ui {
                 ctl_.on_other_key();
                 suspend();
                 return;
+            case kk::ctrl_t:
+                perform(ctl_.on_ctrl_t());
+                return;
             case kk::newline: {
                 ctl_.on_other_key();
                 const char32_t nl = '\n';
                 editor_.insert(std::u32string_view(&nl, 1));
                 return;
             }
-            case kk::paste:
+            case kk::paste: {
                 ctl_.on_other_key();
-                editor_.insert(k.chars);
+                // a dropped image file (its path pasted): inserted as its @file attachment
+                const auto path = tui::pasted_image_path(to_utf8(k.chars));
+                std::error_code ec;
+                if (path && std::filesystem::is_regular_file(*path, ec))
+                    editor_.insert(to_u32(tui::attachment_token(*path) + " "));
+                else
+                    editor_.insert(k.chars);
                 return;
+            }
             case kk::up:
             case kk::down:
                 ctl_.on_other_key();
@@ -578,9 +593,12 @@ class interactive_ui {
                     editor_.remember(to_u32(c.text));
                     editor_.clear();
                 }
-                launch_prompt(c.text, c.join);
+                launch_prompt(c.text, c.join, std::exchange(next_images_, {}));
                 return;
             }
+            case tui_command::kind::attach:
+                attach(c);
+                return;
             case tui_command::kind::exit:
                 request_exit(0);
                 return;
@@ -603,6 +621,17 @@ class interactive_ui {
             case tui_command::kind::compact:
                 launch_compact(c.text);
                 return;
+            case tui_command::kind::redraw: {  // Ctrl+T: the thinking blocks folded or whole
+                printer_.set_thinking_expanded(ctl_.thinking_expanded());
+                // kept for the next start, as the reference keeps hideThinkingBlock
+                const std::string error =
+                    app_.override_and_persist("tui.expandThinking", ctl_.thinking_expanded());
+                if (!error.empty())
+                    ctl_.add_item(transcript_item::kind::error,
+                                  "Thinking blocks: saving tui.expandThinking failed: " + error);
+                render(true);
+                return;
+            }
             case tui_command::kind::show_settings: {
                 std::string text = "Retry settings (" +
                                    app_.settings_layers().global_file().string() + ", then " +
@@ -613,6 +642,31 @@ class interactive_ui {
                 return;
             }
         }
+    }
+
+    /// Enter on a message with `@file` images: read them (a missing, unreadable, too large or
+    /// non-image file is an error line naming it, and nothing is sent), then the submit.
+    void attach(const tui_command& c) {
+        std::vector<image_block> images;
+        std::vector<std::string> errors;
+        for (const auto& typed : c.attachments) {
+            std::filesystem::path file = typed;
+            if (typed.rfind("~/", 0) == 0)
+                if (const char* home = std::getenv("HOME")) file = home + typed.substr(1);
+            try {
+                images.push_back(load_image_file(file, typed));
+            } catch (const config_error& e) {
+                errors.push_back(e.what());
+            }
+        }
+        const tui_command next = ctl_.on_attachments_loaded(c.text, errors);
+        if (next.type == tui_command::kind::submit) next_images_ = std::move(images);
+        if (!errors.empty() && editor_.text() != to_u32(c.text)) {
+            // `coagent MESSAGE` or /retry: the message comes into the input to be corrected
+            editor_.clear();
+            editor_.insert(to_u32(c.text));
+        }
+        perform(next);
     }
 
     /// /model provider/id, or the numbered list of the models with a key.
@@ -735,9 +789,9 @@ class interactive_ui {
 
     // ---- the session -----------------------------------------------------------------------
 
-    void launch_prompt(std::string text, bool join = false) {
+    void launch_prompt(std::string text, bool join = false, std::vector<image_block> images = {}) {
         ++tasks_;
-        asio::co_spawn(io_, run_prompt(text, join),
+        asio::co_spawn(io_, run_prompt(text, join, std::move(images)),
                        [this, text](std::exception_ptr e, prompt_result r) {
                            --tasks_;
                            if (e) {
@@ -772,15 +826,18 @@ class interactive_ui {
                        });
     }
 
-    asio::awaitable<prompt_result> run_prompt(std::string text, bool join) {
+    asio::awaitable<prompt_result> run_prompt(std::string text, bool join,
+                                              std::vector<image_block> images) {
         if (exiting_) co_return prompt_result{};
         // during a backoff the message joins the chain and the retry starts now (no streaming
         // behaviour); should the wait have ended meanwhile, it runs as a follow-up instead
         if (join && session_->can_join_backoff())
-            co_return co_await session_->prompt(std::move(text), streaming_behavior::none);
+            co_return co_await session_->prompt(std::move(text), std::move(images),
+                                                streaming_behavior::none);
         // follow_up: when the session is busy (streaming or in a retry backoff) the message
         // runs after the current turn; when idle it runs at once
-        prompt_result r = co_await session_->prompt(std::move(text), streaming_behavior::follow_up);
+        prompt_result r = co_await session_->prompt(std::move(text), std::move(images),
+                                                    streaming_behavior::follow_up);
         co_return r;
     }
 
@@ -855,6 +912,7 @@ class interactive_ui {
         in.queued = ctl_.queued();
         in.loader = ctl_.loader_text();
         in.status = ctl_.status_text();
+        in.attachments = tui::attachment_status(tui::image_attachments(to_utf8(editor_.text())));
         in.footer = ctl_.footer_text();
         in.text = editor_.text();
         in.cursor = editor_.cursor();
@@ -895,6 +953,7 @@ class interactive_ui {
     subscription sub_;
     bool compaction_seen_ = false;
     tui_controller ctl_;
+    std::vector<image_block> next_images_;  // the images of the submit being performed
     tui::key_decoder keys_;
     terminal term_;
     line_editor editor_;

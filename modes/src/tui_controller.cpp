@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cwchar>
 
@@ -115,6 +116,7 @@ std::string_view to_string(esc_action a) noexcept {
 // ---- tui_controller ------------------------------------------------------------------------
 
 void tui_controller::add(transcript_item::kind k, std::string text) {
+    if (k == transcript_item::kind::thinking) has_thinking_ = true;
     transcript_.push_back(transcript_item{k, std::move(text)});
     ++revision_;
 }
@@ -176,6 +178,9 @@ void tui_controller::on_event(const event& e, time_point now) {
             if (auto it = std::find(queued_.begin(), queued_.end(), text); it != queued_.end())
                 queued_.erase(it);
             end_stream();
+            for (const auto& b : ms->message->content)  // its images, a marker line each
+                if (const auto* img = std::get_if<image_block>(&b))
+                    text += (text.empty() ? "" : "\n") + tui::image_marker(*img);
             add(transcript_item::kind::user, std::move(text));
         }
     } else if (const auto* mu = std::get_if<message_update_event>(&e)) {
@@ -192,7 +197,11 @@ void tui_controller::on_event(const event& e, time_point now) {
         if (!me->message || me->message->role != message_role::assistant) return;
         const message& m = *me->message;
         if (!streaming_) {
-            // a reply that came without updates is shown whole
+            // a reply that came without updates (a resumed session's) is shown whole: its
+            // thinking blocks first, each an item, then its text
+            for (const auto& b : m.content)
+                if (const auto* th = std::get_if<thinking_block>(&b); th && !th->thinking.empty())
+                    add(transcript_item::kind::thinking, th->thinking);
             std::string text = text_of(m);
             if (!text.empty()) add(transcript_item::kind::assistant, std::move(text));
         }
@@ -362,7 +371,20 @@ tui_command tui_controller::on_enter(std::string_view input) {
         c.consume = true;
         return c;
     }
+    if (auto files = tui::image_attachments(input); !files.empty()) {
+        c.type = tui_command::kind::attach;  // nothing changes until the files are read
+        c.text = std::string(input);
+        c.attachments = std::move(files);
+        return c;
+    }
     return submit(std::string(input));
+}
+
+tui_command tui_controller::on_attachments_loaded(std::string input,
+                                                  const std::vector<std::string>& errors) {
+    if (errors.empty()) return submit(std::move(input));
+    for (const auto& e : errors) add(transcript_item::kind::error, "Not sent: " + e);
+    return tui_command{};
 }
 
 tui_command tui_controller::submit(std::string text) {
@@ -404,6 +426,11 @@ tui_command tui_controller::slash(std::string_view input) {
         for (const auto& cmd : commands)
             text += "\n  " + std::string(cmd.name) + (cmd.args.empty() ? "" : " ") +
                     std::string(cmd.args) + " \u2014 " + std::string(cmd.help);
+        // the keys that are not in the status line (the reference's hotkeys list has them)
+        text +=
+            "\nKeys: ctrl+t expands or folds the thinking blocks \u00b7 @FILE attaches an image "
+            "(.png .jpg .gif .webp) \u00b7 ctrl+j new line \u00b7 ctrl+r history search \u00b7 "
+            "ctrl+z suspend";
         add(transcript_item::kind::notice, std::move(text));
         return c;
     }
@@ -446,6 +473,12 @@ tui_command tui_controller::slash(std::string_view input) {
         }
         if (busy_) return error("/retry: a request is running; nothing failed yet");
         if (last_failed_.empty()) return error("Nothing to retry: no prompt has failed");
+        if (auto files = tui::image_attachments(last_failed_); !files.empty()) {
+            c.type = tui_command::kind::attach;  // its images are read again
+            c.text = last_failed_;
+            c.attachments = std::move(files);
+            return c;
+        }
         c = submit(last_failed_);
         return c;
     }
@@ -489,6 +522,7 @@ void tui_controller::begin_pick(tui_command::kind k, std::string title,
 
 void tui_controller::reset_transcript() {
     transcript_.clear();
+    has_thinking_ = false;
     streaming_ = false;
     pending_error_.reset();
     last_failed_.clear();
@@ -526,6 +560,17 @@ tui_command tui_controller::on_ctrl_d(bool input_empty) {
     on_other_key();
     tui_command c;
     c.type = input_empty ? tui_command::kind::exit : tui_command::kind::edit;
+    return c;
+}
+
+tui_command tui_controller::on_ctrl_t() {
+    on_other_key();
+    thinking_expanded_ = !thinking_expanded_;
+    hint_ = thinking_expanded_ ? "Thinking blocks: expanded (ctrl+t folds them)"
+                               : "Thinking blocks: folded (ctrl+t expands them)";
+    ++revision_;
+    tui_command c;
+    c.type = tui_command::kind::redraw;
     return c;
 }
 
@@ -691,6 +736,10 @@ std::string tui_controller::status_text() const {
         sep();
         s += std::to_string(queued_.size()) + " queued";
     }
+    if (has_thinking_ && loader_ != loader_kind::retry) {  // the key that shows them (issue 24)
+        sep();
+        s += thinking_expanded_ ? "ctrl+t: fold thinking" : "ctrl+t: expand thinking";
+    }
     sep();
     if (loader_ == loader_kind::retry) {  // "… · rate limited · 429 Too Many Requests"
         s += "enter: retry now \u00b7 esc: cancel the retry";
@@ -704,6 +753,121 @@ std::string tui_controller::status_text() const {
     }
     return s;
 }
+
+// ---- image attachments -----------------------------------------------------------------------
+
+namespace tui {
+
+namespace {
+
+bool has_image_extension(std::string_view path) {
+    const auto dot = path.rfind('.');
+    if (dot == std::string_view::npos || path.find('/', dot) != std::string_view::npos)
+        return false;
+    std::string ext(path.substr(dot + 1));
+    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return ext == "png" || ext == "jpg" || ext == "jpeg" || ext == "gif" || ext == "webp";
+}
+
+bool is_space(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+}  // namespace
+
+std::vector<std::string> image_attachments(std::string_view input) {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < input.size(); ++i) {
+        if (input[i] != '@' || (i > 0 && !is_space(input[i - 1]))) continue;
+        std::string path;
+        if (i + 1 < input.size() && input[i + 1] == '"') {
+            const auto close = input.find('"', i + 2);
+            if (close == std::string_view::npos) continue;
+            path = std::string(input.substr(i + 2, close - i - 2));
+            i = close;
+        } else {
+            std::size_t end = i + 1;
+            while (end < input.size() && !is_space(input[end])) ++end;
+            path = std::string(input.substr(i + 1, end - i - 1));
+            i = end - 1;
+            while (!path.empty() && !has_image_extension(path) &&
+                   std::string_view(",;:!?).").find(path.back()) != std::string_view::npos)
+                path.pop_back();
+        }
+        if (has_image_extension(path)) out.push_back(std::move(path));
+    }
+    return out;
+}
+
+std::optional<std::string> pasted_image_path(std::string_view pasted) {
+    while (!pasted.empty() && is_space(pasted.front())) pasted.remove_prefix(1);
+    while (!pasted.empty() && is_space(pasted.back())) pasted.remove_suffix(1);
+    if (pasted.size() >= 2 && (pasted.front() == '\'' || pasted.front() == '"') &&
+        pasted.back() == pasted.front()) {
+        pasted.remove_prefix(1);
+        pasted.remove_suffix(1);
+    }
+    std::string path;
+    if (pasted.substr(0, 7) == "file://") {
+        pasted.remove_prefix(7);
+        for (std::size_t i = 0; i < pasted.size(); ++i) {
+            const auto hex = [](char h) {
+                return h >= '0' && h <= '9'   ? h - '0'
+                       : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                       : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                              : -1;
+            };
+            if (pasted[i] == '%' && i + 2 < pasted.size() && hex(pasted[i + 1]) >= 0 &&
+                hex(pasted[i + 2]) >= 0) {
+                path.push_back(static_cast<char>(hex(pasted[i + 1]) * 16 + hex(pasted[i + 2])));
+                i += 2;
+            } else {
+                path.push_back(pasted[i]);
+            }
+        }
+    } else {
+        for (std::size_t i = 0; i < pasted.size(); ++i) {
+            if (pasted[i] == '\\' && i + 1 < pasted.size()) ++i;  // "my\ shot.png"
+            path.push_back(pasted[i]);
+        }
+    }
+    if (path.empty() || path.find('\n') != std::string::npos || !has_image_extension(path))
+        return std::nullopt;
+    return path;
+}
+
+std::string attachment_token(std::string_view path) {
+    if (path.find(' ') == std::string_view::npos && path.find('\t') == std::string_view::npos)
+        return "@" + std::string(path);
+    return "@\"" + std::string(path) + "\"";
+}
+
+std::string image_marker(const image_block& image) {
+    const std::string& d = image.data;
+    std::size_t pad = 0;
+    if (!d.empty() && d.back() == '=') pad = d.size() >= 2 && d[d.size() - 2] == '=' ? 2 : 1;
+    const std::size_t bytes = d.size() / 4 * 3 - std::min(pad, d.size() / 4 * 3);
+    std::string size;
+    if (bytes < 1024)
+        size = std::to_string(bytes) + " B";
+    else if (bytes < 1024 * 1024)
+        size = std::to_string((bytes + 1023) / 1024) + " KB";
+    else
+        size = fmt::format("{:.1f} MB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return "[image: " + image.mime_type + ", " + size + "]";
+}
+
+std::string attachment_status(const std::vector<std::string>& paths) {
+    if (paths.empty()) return {};
+    std::string s = std::to_string(paths.size()) + (paths.size() == 1 ? " image: " : " images: ");
+    for (std::size_t k = 0; k < paths.size(); ++k) {
+        const auto slash = paths[k].rfind('/');
+        s += (k ? ", " : "") + (slash == std::string::npos ? paths[k] : paths[k].substr(slash + 1));
+    }
+    return s;
+}
+
+}  // namespace tui
 
 // ---- a resumed session's transcript ---------------------------------------------------------
 

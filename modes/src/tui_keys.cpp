@@ -187,8 +187,11 @@ void key_decoder::parse(std::vector<key>& out, bool at_end) {
             ++i;
             continue;
         }
-        if (c == 0x03 || c == 0x04 || c == 0x1a) {
-            emit(c == 0x03 ? key::kind::ctrl_c : c == 0x04 ? key::kind::ctrl_d : key::kind::ctrl_z);
+        if (c == 0x03 || c == 0x04 || c == 0x1a || c == 0x14) {
+            emit(c == 0x03   ? key::kind::ctrl_c
+                 : c == 0x04 ? key::kind::ctrl_d
+                 : c == 0x1a ? key::kind::ctrl_z
+                             : key::kind::ctrl_t);
             ++i;
             continue;
         }

@@ -69,15 +69,18 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
         const bool live = streaming && i + 1 == items.size();
         const row_style st = style_of(item.type);
         const bool user = item.type == transcript_item::kind::user;
-        const int text_w = user ? w - 2 : w;
+        const bool thinking = item.type == transcript_item::kind::thinking;
+        const int text_w = user || thinking ? w - 2 : w;
         if (!item_started_) {
             if (i > 0) commit.push_back(screen_row{"", row_style::plain});
             item_started_ = true;
             item_offset_ = 0;
             item_rows_ = 0;
             item_blocks_ = 0;
+            if (thinking && thinking_expanded_)  // the whole text follows under this row
+                commit.push_back(screen_row{"\u273b Thinking:", st});
         }
-        if (item.type == transcript_item::kind::thinking) {
+        if (thinking && !thinking_expanded_) {
             screen_row r{folded_thinking(item.text, w), st};
             if (live) {
                 stream_rows = {std::move(r)};
@@ -122,6 +125,7 @@ void transcript_printer::collect(const std::vector<transcript_item>& items, bool
         const auto row_of = [&](std::string text) {
             screen_row r{std::move(text), st};
             if (user) r.text.insert(0, item_rows_ == 0 ? "> " : "  ");
+            if (thinking) r.text.insert(0, "  ");
             ++item_rows_;
             return r;
         };
@@ -239,7 +243,10 @@ live_region compose_live(const live_input& in) {
     for (int k = first; k < last; ++k)
         live.push_back(screen_row{(k == 0 ? "> " : "  ") + rows[static_cast<std::size_t>(k)],
                                   row_style::input});
-    live.push_back(screen_row{truncate_to_width(in.status, w), row_style::status});
+    live.push_back(screen_row{
+        truncate_to_width(
+            in.attachments.empty() ? in.status : in.attachments + " \u00b7 " + in.status, w),
+        row_style::status});
     if (!in.footer.empty())
         live.push_back(screen_row{truncate_to_width(in.footer, w), row_style::status});
     // a terminal smaller than the fixed rows: drop from the top, keep the cursor

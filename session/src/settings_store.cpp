@@ -244,6 +244,7 @@ constexpr schema_entry schema[] = {
     text<&settings::selection, &model_selection_settings::default_model>("defaultModel"),
     choice<&settings::selection, &model_selection_settings::thinking>("thinkingLevel", 0, thinking_level_names),
     boolean<&settings::tui, &tui_settings::markdown>("tui.markdown", true),
+    boolean<&settings::tui, &tui_settings::expand_thinking>("tui.expandThinking", false),
     boolean<&settings::budget, &retry_budget_settings::enabled>("retry.budget.enabled", false),
     integer<&settings::budget, &retry_budget_settings::max_tokens>("retry.budget.maxTokens", 10, 1, 1000),
     thousandths<&settings::budget, &retry_budget_settings::token_ratio_milli>("retry.budget.tokenRatio", 100, 1000000),

@@ -177,6 +177,7 @@ TEST_CASE("schema defaults agree with settings.hpp", "[settings]") {
         {"defaultModel", "string", ""},
         {"thinkingLevel", "string", "off"},
         {"tui.markdown", "boolean", true},
+        {"tui.expandThinking", "boolean", false},
         {"retry.budget.enabled", "boolean", false},
         {"retry.budget.maxTokens", "integer", 10},
         {"retry.budget.tokenRatio", "number", 0.1},

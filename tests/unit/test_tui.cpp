@@ -17,7 +17,18 @@
 #include <catch2/catch.hpp>
 
 #include <clocale>
+#include <filesystem>
+#include <fstream>
 #include <random>
+
+namespace Catch {
+template <>
+struct StringMaker<coagent::tui::screen_row> {
+    static std::string convert(const coagent::tui::screen_row& r) {
+        return "{\"" + r.text + "\", " + std::to_string(static_cast<int>(r.style)) + "}";
+    }
+};
+}  // namespace Catch
 
 using namespace coagent;
 using namespace std::chrono_literals;
@@ -910,14 +921,15 @@ TEST_CASE("tui keys: text, Enter, line breaks, control keys") {
     CHECK(ks[0].chars == U"hi\u4e2d");
     CHECK(ks[1].type == key::kind::enter);
 
-    ks = feed(k, {"\n", "\x03", "\x04", "\x1a", "\x1b\r", "\x1b[13;2u"});
-    REQUIRE(ks.size() == 6);
+    ks = feed(k, {"\n", "\x03", "\x04", "\x1a", "\x1b\r", "\x1b[13;2u", "\x14"});
+    REQUIRE(ks.size() == 7);
     CHECK(ks[0].type == key::kind::newline);
     CHECK(ks[1].type == key::kind::ctrl_c);
     CHECK(ks[2].type == key::kind::ctrl_d);
     CHECK(ks[3].type == key::kind::ctrl_z);
     CHECK(ks[4].type == key::kind::newline);
     CHECK(ks[5].type == key::kind::newline);
+    CHECK(ks[6].type == key::kind::ctrl_t);  // toggle thinking, not libedit's transpose
 
     ks = feed(k, {"\x7f\x01\x0b"});  // backspace, Ctrl+A, Ctrl+K go to the editor
     REQUIRE(ks.size() == 1);
@@ -1529,7 +1541,10 @@ TEST_CASE("tui: slash commands are local, an unknown one is an error and never a
         help.starts_with("Commands (Tab completes a name):\n  /help \u2014 list the commands\n"
                          "  /model [provider/id] \u2014 switch the model (without one: a "
                          "numbered list to pick from)\n"));
-    CHECK(help.ends_with("\n  /quit \u2014 exit coagent"));
+    CHECK(help.ends_with(
+        "\n  /quit \u2014 exit coagent\nKeys: ctrl+t expands or folds the thinking blocks \u00b7 "
+        "@FILE attaches an image (.png .jpg .gif .webp) \u00b7 ctrl+j new line \u00b7 ctrl+r "
+        "history search \u00b7 ctrl+z suspend"));
     std::vector<std::string> names;
     for (const auto& cmd : slash_commands()) names.emplace_back(cmd.name);
     CHECK(names == std::vector<std::string>{"/help", "/model", "/new", "/resume", "/compact",
@@ -2110,6 +2125,229 @@ TEST_CASE("tui: thinking is its own item, dimmed and folded to one line (issue 2
     r.collect(streaming, true, 40, commit, live);
     CHECK(commit.empty());
     CHECK(live == std::vector<screen_row>{{"\u273b Thinking: a b c d", row_style::notice}});
+}
+
+TEST_CASE("tui: Ctrl+T expands every thinking block to its whole text and folds it again",
+          "[content]") {
+    driver d;
+    CHECK(d.c.status_text().find("ctrl+t") == std::string::npos);  // no thinking yet: no hint
+    d.start_prompt("look");
+    auto partial = assistant_msg("");
+    d.ev(message_start_event{partial});
+    message_update_event u;
+    u.message = partial;
+    u.delta = "First I look at the\npicture closely.";
+    u.kind = delta_kind::thinking;
+    d.ev(u);
+    // the key is named in the status line once a thinking block is there
+    CHECK(d.c.status_text() ==
+          "ctrl+t: expand thinking \u00b7 esc: interrupt \u00b7 enter: queue a follow-up");
+    CHECK_FALSE(d.c.thinking_expanded());
+    const tui_command c = d.c.on_ctrl_t();
+    CHECK(c.type == tui_command::kind::redraw);
+    CHECK(d.c.thinking_expanded());
+    CHECK(d.c.status_text() == "Thinking blocks: expanded (ctrl+t folds them)");
+    d.c.on_other_key();  // the next key: the hint names the other direction
+    CHECK(d.c.status_text() ==
+          "ctrl+t: fold thinking \u00b7 esc: interrupt \u00b7 enter: queue a follow-up");
+
+    std::vector<transcript_item> items{{kind::user, "look"},
+                                       {kind::thinking, "First I look at the\npicture closely.\n"},
+                                       {kind::assistant, "A logo."}};
+    const std::vector<screen_row> expanded{{"> look", row_style::user},
+                                           {"", row_style::plain},
+                                           {"\u273b Thinking:", row_style::notice},
+                                           {"  First I look at", row_style::notice},
+                                           {"  the", row_style::notice},
+                                           {"  picture closely.", row_style::notice},
+                                           {"", row_style::plain},
+                                           {"A logo.", row_style::assistant}};
+    const std::vector<screen_row> folded{{"> look", row_style::user},
+                                         {"", row_style::plain},
+                                         {"\u273b Thinking: First I\u2026", row_style::notice},
+                                         {"", row_style::plain},
+                                         {"A logo.", row_style::assistant}};
+    tui::transcript_printer p;
+    std::vector<screen_row> commit, live;
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == folded);
+    // the shell's redraw: the same printer, reset, everything again whole
+    p.set_thinking_expanded(true);
+    p.reset();
+    commit.clear();
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == expanded);
+    // and folded again
+    p.set_thinking_expanded(false);
+    p.reset();
+    commit.clear();
+    p.collect(items, false, 20, commit, live);
+    CHECK(commit == folded);
+
+    SECTION("while it streams, expanded: finished rows are printed, the last stays live") {
+        tui::transcript_printer s;
+        s.set_thinking_expanded(true);
+        std::vector<transcript_item> streaming{{kind::thinking, "one two three four five"}};
+        commit.clear();
+        s.collect(streaming, true, 12, commit, live);
+        CHECK(commit == std::vector<screen_row>{{"\u273b Thinking:", row_style::notice},
+                                                {"  one two", row_style::notice},
+                                                {"  three four", row_style::notice}});
+        CHECK(live == std::vector<screen_row>{{"  five", row_style::notice}});
+        streaming[0].text += " six";
+        commit.clear();
+        s.collect(streaming, true, 12, commit, live);
+        CHECK(commit.empty());
+        CHECK(live == std::vector<screen_row>{{"  five six", row_style::notice}});
+    }
+    SECTION("a reply without updates (a resumed session's) shows its thinking too") {
+        driver e;
+        auto mm = std::make_shared<message>(*assistant_msg("A logo."));
+        mm->content.insert(mm->content.begin(), thinking_block{"Hmm.", "sig", false});
+        message_ptr m = mm;
+        e.ev(message_start_event{m});
+        e.ev(message_end_event{m});
+        REQUIRE(e.c.transcript().size() == 2);
+        CHECK(e.c.transcript()[0].type == kind::thinking);
+        CHECK(e.c.transcript()[0].text == "Hmm.");
+        CHECK(e.c.transcript()[1].type == kind::assistant);
+        CHECK(e.c.status_text().find("ctrl+t: expand thinking") == 0);
+    }
+    SECTION("a new transcript (/new) has no thinking: no hint") {
+        d.c.reset_transcript();
+        CHECK(d.c.status_text().find("ctrl+t") == std::string::npos);
+    }
+}
+
+TEST_CASE("tui: @file words of an image type are attachments, other words are text",
+          "[content][attach]") {
+    using tui::image_attachments;
+    using v = std::vector<std::string>;
+    CHECK(image_attachments("what is @shot.png and @b/c.JPG?") == v{"shot.png", "b/c.JPG"});
+    CHECK(image_attachments("@a.jpeg @b.gif @c.webp") == v{"a.jpeg", "b.gif", "c.webp"});
+    CHECK(image_attachments("@\"my shot.png\" please") == v{"my shot.png"});
+    CHECK(image_attachments("see @shot.png, then @x.png.") == v{"shot.png", "x.png"});
+    // not attachments: other types, no @ at a word's start, an unclosed quote, a bare path
+    CHECK(image_attachments("@alice @notes.txt a@b.png /tmp/x.png @\"open.png").empty());
+    CHECK(image_attachments("@dir.png/file").empty());
+    CHECK(image_attachments("").empty());
+    CHECK(image_attachments("line\n@two.png") == v{"two.png"});
+
+    // a dropped file as terminals paste it
+    using tui::pasted_image_path;
+    CHECK(pasted_image_path("/tmp/shot.png") == std::optional<std::string>("/tmp/shot.png"));
+    CHECK(pasted_image_path("  '/tmp/my shot.PNG' ") ==
+          std::optional<std::string>("/tmp/my shot.PNG"));
+    CHECK(pasted_image_path("/tmp/my\\ shot.png ") ==
+          std::optional<std::string>("/tmp/my shot.png"));
+    CHECK(pasted_image_path("file:///tmp/my%20shot.webp") ==
+          std::optional<std::string>("/tmp/my shot.webp"));
+    CHECK_FALSE(pasted_image_path("/tmp/notes.txt"));
+    CHECK_FALSE(pasted_image_path("look at /tmp/a.png\nand /tmp/b.png"));
+    CHECK_FALSE(pasted_image_path(""));
+    CHECK(tui::attachment_token("/tmp/shot.png") == "@/tmp/shot.png");
+    CHECK(tui::attachment_token("/tmp/my shot.png") == "@\"/tmp/my shot.png\"");
+    CHECK(image_attachments(tui::attachment_token("/tmp/my shot.png") + " hi") ==
+          v{"/tmp/my shot.png"});
+
+    CHECK(tui::attachment_status({}).empty());
+    CHECK(tui::attachment_status({"/tmp/shot.png"}) == "1 image: shot.png");
+    CHECK(tui::attachment_status({"a.png", "d/b.gif"}) == "2 images: a.png, b.gif");
+    CHECK(tui::image_marker(image_block{"iVBORw0KGgo=", "image/png"}) == "[image: image/png, 8 B]");
+    CHECK(tui::image_marker(image_block{std::string(4000, 'A'), "image/gif"}) ==
+          "[image: image/gif, 3 KB]");  // 3000 bytes, rounded up
+    CHECK(tui::image_marker(image_block{std::string(2'796'204, 'A'), "image/jpeg"}) ==
+          "[image: image/jpeg, 2.0 MB]");
+}
+
+TEST_CASE(
+    "tui: Enter on a message with images reads them first, an error names the file and "
+    "sends nothing",
+    "[content][attach]") {
+    driver d;
+    tui_command c = d.c.on_enter("what is @shot.png");
+    CHECK(c.type == tui_command::kind::attach);
+    CHECK(c.text == "what is @shot.png");
+    CHECK(c.attachments == std::vector<std::string>{"shot.png"});
+    CHECK_FALSE(d.c.busy());  // nothing happens before the files are read
+    SECTION("read: the submit, as without images") {
+        c = d.c.on_attachments_loaded("what is @shot.png", {});
+        CHECK(c.type == tui_command::kind::submit);
+        CHECK(c.text == "what is @shot.png");
+        CHECK(d.c.busy());
+    }
+    SECTION("not read: a line per file, nothing sent, the input kept") {
+        c = d.c.on_attachments_loaded("what is @shot.png", {"shot.png: no such file",
+                                                            "b.png: not a PNG, JPEG, GIF "
+                                                            "or WebP image"});
+        CHECK(c.type == tui_command::kind::none);
+        CHECK_FALSE(d.c.busy());
+        CHECK(d.lines(kind::error) ==
+              std::vector<std::string>{"Not sent: shot.png: no such file",
+                                       "Not sent: b.png: not a PNG, JPEG, GIF or WebP image"});
+    }
+    SECTION("a command is never an attachment") {
+        c = d.c.on_enter("/compact @shot.png");
+        CHECK(c.type == tui_command::kind::compact);
+    }
+    SECTION("the user message shows a marker per image") {
+        auto m = std::make_shared<message>(
+            make_user_message("what is @shot.png", {image_block{"iVBORw0KGgo=", "image/png"}}));
+        d.ev(agent_start_event{});
+        d.ev(message_start_event{m});
+        CHECK(d.c.transcript().back().type == kind::user);
+        CHECK(d.c.transcript().back().text == "what is @shot.png\n[image: image/png, 8 B]");
+    }
+}
+
+TEST_CASE("tui: the status line names the input's images first", "[content][attach]") {
+    tui::live_input in;
+    in.width = 60;
+    in.height = 10;
+    in.status = "enter: send";
+    in.attachments = tui::attachment_status({"/tmp/shot.png"});
+    const auto region = tui::compose_live(in);
+    CHECK(region.rows.at(region.rows.size() - 1) ==
+          screen_row{"1 image: shot.png \u00b7 enter: send", row_style::status});
+    in.attachments.clear();
+    CHECK(tui::compose_live(in).rows.back() == screen_row{"enter: send", row_style::status});
+}
+
+TEST_CASE("load_image_file: the type from the first bytes, errors name the file",
+          "[content][attach]") {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coagent-attach-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto write = [&](const std::string& name, const std::string& bytes) {
+        std::ofstream(dir / name, std::ios::binary) << bytes;
+        return dir / name;
+    };
+    const image_block png = load_image_file(write("a.png", "\x89PNG\r\n\x1a\nxyz"), "@a.png");
+    CHECK(png.mime_type == "image/png");
+    CHECK(png.data == "iVBORw0KGgp4eXo=");
+    const auto message_of = [](const std::filesystem::path& f, std::string_view label) {
+        try {
+            load_image_file(f, label);
+        } catch (const config_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(loaded)");
+    };
+    CHECK(message_of(dir / "missing.png", "@missing.png") == "@missing.png: no such file");
+    CHECK(message_of(write("fake.png", "not an image"), "@fake.png") ==
+          "@fake.png: not a PNG, JPEG, GIF or WebP image");
+    CHECK(message_of(dir, "@dir.png") == "@dir.png: not a regular file");
+    {
+        std::ofstream big(dir / "big.png", std::ios::binary);
+        big.seekp(static_cast<std::streamoff>(max_image_file_bytes));
+        big.put('x');
+    }
+    CHECK(message_of(dir / "big.png", "@big.png") ==
+          "@big.png: " + std::to_string(max_image_file_bytes + 1) + " bytes, more than the " +
+              std::to_string(max_image_file_bytes) + " an image may have");
+    CHECK(message_of(dir / "missing.png", "") ==
+          "--image " + (dir / "missing.png").string() + ": no such file");
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE(

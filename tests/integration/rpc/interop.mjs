@@ -6,8 +6,15 @@
 //   3. a plain prompt() during a one-minute backoff: accepted, it joins the conversation and the
 //      next attempt goes out at once with both user messages (issue 26);
 //   4. prompt() and followUp() with images (the reference's ImageContent): the user messages hold
-//      them in the reference's shape, the request carries them (issue 24).
-// Usage: node interop.mjs CACHE_DIR COAGENT_BIN. Exit 0 on success, 1 with the reason.
+//      them in the reference's shape, the request carries them (issue 24);
+//   5. a session file written by coagent (an image prompt, a reply with signed thinking from
+//      coagent-fakellm's Anthropic stream) loaded by the reference agent (SessionManager.open and
+//      createAgentSession, as its --session does): the same messages, and its next request (its
+//      own faux provider) gets the image and the thinking with its signature;
+//   6. a session file written by the reference agent (createAgentSession on its faux provider:
+//      an image prompt, a reply with thinking) loaded by `coagent --mode rpc --session FILE`:
+//      get_messages gives the reference's messages, and coagent's next request sends the image.
+// Usage: node interop.mjs CACHE_DIR COAGENT_BIN FAKELLM_BIN. Exit 0 on success, 1 with the reason.
 
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -15,13 +22,14 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
-const [cacheArg, binArg] = process.argv.slice(2);
-if (!cacheArg || !binArg) {
-    console.error("usage: node interop.mjs CACHE_DIR COAGENT_BIN");
+const [cacheArg, binArg, fakeArg] = process.argv.slice(2);
+if (!cacheArg || !binArg || !fakeArg) {
+    console.error("usage: node interop.mjs CACHE_DIR COAGENT_BIN FAKELLM_BIN");
     process.exit(2);
 }
 const cacheDir = resolve(cacheArg);
 const coagentBin = resolve(binArg);
+const fakellmBin = resolve(fakeArg);
 const here = dirname(fileURLToPath(import.meta.url));
 const pkgIndex = join(cacheDir, "node_modules/@mariozechner/pi-coding-agent/dist/index.js");
 const { RpcClient } = await import(pathToFileURL(pkgIndex).href);
@@ -49,14 +57,19 @@ function untilEvent(client, type, timeoutMs = 20000) {
     return p;
 }
 
-async function withClient(settings, script, body, extraArgs = []) {
-    const dir = mkdtempSync(join(tmpdir(), "coagent-interop-"));
+/// `opts.dir`: the COAGENT_DIR/HOME/cwd to use (kept; default a temporary one, removed);
+/// `opts.args`: coagent's arguments instead of the faux provider's with `script` and no session.
+async function withClient(settings, script, body, extraArgs = [], opts = {}) {
+    const dir = opts.dir ?? mkdtempSync(join(tmpdir(), "coagent-interop-"));
     writeFileSync(join(dir, "settings.json"), JSON.stringify(settings));
     const client = new RpcClient({
         cliPath: join(here, "cli.js"),
         cwd: dir,
         env: { COAGENT_BIN: coagentBin, COAGENT_DIR: dir, HOME: dir },
-        args: ["--provider", "faux", "--no-session", "--faux-script", JSON.stringify(script), ...extraArgs],
+        args: [
+            ...(opts.args ?? ["--provider", "faux", "--no-session", "--faux-script", JSON.stringify(script)]),
+            ...extraArgs,
+        ],
     });
     const events = [];
     try {
@@ -75,7 +88,7 @@ async function withClient(settings, script, body, extraArgs = []) {
         throw e;
     } finally {
         await client.stop();
-        rmSync(dir, { recursive: true, force: true });
+        if (!opts.dir) rmSync(dir, { recursive: true, force: true });
     }
 }
 
@@ -119,7 +132,7 @@ await withClient(
         assert.equal(state.model.id, "faux");
         const stats = await client.getSessionStats();
         assert.equal(stats.assistantMessages, 3);
-        console.log("interop 1/4: two retries then success: ok");
+        console.log("interop 1/6: two retries then success: ok");
     },
 ).catch(report);
 
@@ -138,7 +151,7 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     const state = await client.getState();
     assert.equal(state.isRetrying, false);
     assert.equal(state.retryAttempt, 0);
-    console.log("interop 2/4: abort_retry in the backoff: ok");
+    console.log("interop 2/6: abort_retry in the backoff: ok");
 }).catch(report);
 
 // 3. a plain prompt during the backoff joins the chain and retries now
@@ -173,7 +186,7 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     const roles = requests[1].messages.map((m) => m.role);
     assert.deepEqual(roles, ["user", "user"]);
     rmSync(logDir, { recursive: true, force: true });
-    console.log("interop 3/4: a prompt during the backoff joins it and goes out at once: ok");
+    console.log("interop 3/6: a prompt during the backoff joins it and goes out at once: ok");
 }
 
 // 4. images on prompt and followUp
@@ -205,5 +218,163 @@ await withClient({ retry: { baseDelayMs: 20000 } }, [{ error: overloaded, status
     assert.equal(requests.length, 2);
     assert.deepEqual(requests[1].messages.map((m) => m.images ?? 0), [1, 0, 1]);
     rmSync(logDir, { recursive: true, force: true });
-    console.log("interop 4/4: prompt and followUp with images: ok");
+    console.log("interop 4/6: prompt and followUp with images: ok");
+}
+
+// the reference agent itself (its SDK) and its faux provider, for 5 and 6
+const sdk = await import(pathToFileURL(pkgIndex).href);
+const ai = await import(pathToFileURL(join(cacheDir, "node_modules/@mariozechner/pi-ai/dist/index.js")).href);
+const png = { type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" };
+/// The reference's AgentSession on a session file (as its --session FILE), on its faux provider
+/// with `responses`; `noTools` keeps its coding tools out of the comparison.
+async function referenceSession(dir, sessionManager, responses) {
+    const faux = ai.registerFauxProvider({ models: [{ id: "faux-1", reasoning: true, input: ["text", "image"] }] });
+    faux.setResponses(responses);
+    const authStorage = sdk.AuthStorage.inMemory();
+    authStorage.setRuntimeApiKey("faux", "interop");
+    const { session } = await sdk.createAgentSession({
+        cwd: dir,
+        agentDir: join(dir, "ref-agent"),
+        model: faux.getModel(),
+        sessionManager,
+        authStorage,
+        noTools: "all",
+    });
+    return { session, faux };
+}
+/// What both agents must agree on: each message's role and content blocks.
+const shape = (messages) => messages.map((m) => ({ role: m.role, content: m.content }));
+
+/// coagent-fakellm on a free port with `script`; resolves with { port, stop }.
+async function startFakellm(script) {
+    const { spawn } = await import("node:child_process");
+    const child = spawn(fakellmBin, ["--port", "0", "--script", JSON.stringify(script)], { stdio: ["ignore", "pipe", "inherit"] });
+    const port = await new Promise((resolvePort, reject) => {
+        let out = "";
+        const timer = setTimeout(() => reject(new Error("coagent-fakellm did not start")), 10000);
+        child.stdout.on("data", (d) => {
+            out += d;
+            const m = /listening 127\.0\.0\.1:(\d+)/.exec(out);
+            if (m) {
+                clearTimeout(timer);
+                resolvePort(Number(m[1]));
+            }
+        });
+        child.once("exit", (code) => reject(new Error(`coagent-fakellm exited: ${code}`)));
+    });
+    return { port, stop: () => child.kill("SIGTERM") };
+}
+
+// 5. coagent writes a session with an image and signed thinking; the reference loads it
+{
+    const dir = mkdtempSync(join(tmpdir(), "coagent-interop-session-"));
+    const fake = await startFakellm([{ thinking: "I look at the picture.", signature: "sig-abc", text: "A logo." }]);
+    writeFileSync(
+        join(dir, "models.json"),
+        JSON.stringify({
+            providers: {
+                local: {
+                    baseUrl: `http://127.0.0.1:${fake.port}/v1`,
+                    api: "anthropic-messages",
+                    apiKey: "interop",
+                    models: [{ id: "m1", contextWindow: 32000, maxTokens: 4096, reasoning: true }],
+                },
+            },
+        }),
+    );
+    let file, coagentMessages;
+    try {
+        await withClient(
+            {},
+            [],
+            async (client) => {
+                const settled = untilEvent(client, "agent_settled");
+                await client.prompt("what is this?", [png]);
+                await settled;
+                file = (await client.getState()).sessionFile;
+                coagentMessages = await client.getMessages();
+            },
+            [],
+            { dir, args: ["--provider", "local", "--model", "m1"] },
+        );
+    } catch (e) {
+        report(e);
+    } finally {
+        fake.stop();
+    }
+    try {
+        assert.ok(file, "get_state gives the session file");
+        assert.deepEqual(shape(coagentMessages), [
+            { role: "user", content: [{ type: "text", text: "what is this?" }, png] },
+            {
+                role: "assistant",
+                content: [
+                    { type: "thinking", thinking: "I look at the picture.", thinkingSignature: "sig-abc" },
+                    { type: "text", text: "A logo." },
+                ],
+            },
+        ]);
+        // the reference's own loader, and its agent on the file
+        const sm = sdk.SessionManager.open(file, join(dir, "ref-sessions"));
+        assert.deepEqual(shape(sm.buildSessionContext().messages), shape(coagentMessages));
+        let seen;
+        const { session } = await referenceSession(dir, sm, [
+            (context) => {
+                seen = context.messages;
+                return ai.fauxAssistantMessage("Still a logo.");
+            },
+        ]);
+        assert.deepEqual(shape(session.messages), shape(coagentMessages));
+        await session.prompt("and now?");
+        assert.deepEqual(shape(seen.slice(0, 2)), shape(coagentMessages));  // image and signature sent on
+        assert.equal(seen.length, 3);
+    } catch (e) {
+        report(e);
+    }
+    rmSync(dir, { recursive: true, force: true });
+    console.log("interop 5/6: a coagent session file with an image and thinking, loaded by the reference: ok");
+}
+
+// 6. the reference writes a session with an image and thinking; coagent loads it
+{
+    const dir = mkdtempSync(join(tmpdir(), "coagent-interop-session-"));
+    let file, refMessages;
+    try {
+        const sm = sdk.SessionManager.create(dir, join(dir, "ref-sessions"));
+        const thinking = { type: "thinking", thinking: "I look at the picture.", thinkingSignature: "ref-sig" };
+        const { session } = await referenceSession(dir, sm, [ai.fauxAssistantMessage([thinking, ai.fauxText("A logo.")])]);
+        await session.prompt("what is this?", { images: [png] });
+        file = sm.getSessionFile();
+        refMessages = session.messages;
+        assert.deepEqual(shape(refMessages), [
+            { role: "user", content: [{ type: "text", text: "what is this?" }, png] },
+            { role: "assistant", content: [thinking, { type: "text", text: "A logo." }] },
+        ]);
+    } catch (e) {
+        report(e);
+    }
+    const logDir = mkdtempSync(join(tmpdir(), "coagent-interop-log-"));
+    const log = join(logDir, "requests.jsonl");
+    await withClient(
+        {},
+        [],
+        async (client) => {
+            assert.deepEqual(shape(await client.getMessages()), shape(refMessages));
+            const settled = untilEvent(client, "agent_settled");
+            await client.prompt("and now?");
+            await settled;
+            assert.equal(await client.getLastAssistantText(), "Still a logo.");
+        },
+        [],
+        {
+            dir,
+            args: ["--provider", "faux", "--session", file, "--faux-script", JSON.stringify([{ text: "Still a logo." }]), "--faux-log", log],
+        },
+    ).catch(report);
+    const requests = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    assert.equal(requests.length, 1);
+    assert.deepEqual(requests[0].messages.map((m) => m.images ?? 0), [1, 0, 0]);
+    rmSync(logDir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
+    console.log("interop 6/6: a reference session file with an image and thinking, loaded by coagent: ok");
 }

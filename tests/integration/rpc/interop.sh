@@ -1,10 +1,12 @@
 #!/bin/sh
 # ctest rpc_interop_reference_client: installs the reference agent's npm package into CACHE
 # when it is missing, then runs interop.mjs (its RpcClient driving coagent through cli.js).
-# Usage: interop.sh CACHE_DIR COAGENT_BIN. Fails, never skips, when something is missing.
+# Usage: interop.sh CACHE_DIR COAGENT_BIN FAKELLM_BIN. Fails, never skips, when something is
+# missing.
 set -u
 cache="$1"
 bin="$2"
+fakellm="$3"
 here=$(cd "$(dirname "$0")" && pwd)
 pkg_name="@mariozechner/pi-coding-agent"
 pkg_version="0.73.1"
@@ -25,4 +27,4 @@ if ! grep -q "\"version\": \"$pkg_version\"" "$pkg_json" 2>/dev/null; then
         fail "npm could not install $pkg_name@$pkg_version into $cache (no network or no registry access?); this test needs the reference package and does not skip"
     grep -q "\"version\": \"$pkg_version\"" "$pkg_json" 2>/dev/null || fail "$pkg_json is missing after npm install"
 fi
-exec node "$here/interop.mjs" "$cache" "$bin"
+exec node "$here/interop.mjs" "$cache" "$bin" "$fakellm"

@@ -2,10 +2,13 @@
 # Helpers for the end-to-end tests of interactive mode: `coagent` runs in a detached tmux
 # session of a fixed size (own tmux socket, own COAGENT_DIR and working directory), keys go in
 # with send-keys, the screen comes back with capture-pane. Every wait polls with a bounded
-# timeout. Sourced by the test scripts: `source lib.sh <path to coagent>`.
+# timeout. Sourced by the test scripts: `source lib.sh <path to coagent> [<path to
+# coagent-fakellm>]` (the second for start_fakellm).
 set -uo pipefail
 
 COAGENT=$(realpath "$1")
+FAKELLM=${2:+$(realpath "$2")}
+fake_pid=""
 work=$(mktemp -d)
 sock="coagent-tui-$$-${RANDOM}"
 export COAGENT_DIR="$work/home"
@@ -14,6 +17,7 @@ command -v tmux >/dev/null || { echo "tmux is not installed (scripts/setup.sh in
 
 T() { tmux -L "$sock" "$@"; }
 cleanup() {
+  [ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null
   tmux -L "$sock" kill-server >/dev/null 2>&1
   rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$sock"  # tmux leaves the socket file behind
   rm -rf "$work"
@@ -22,9 +26,33 @@ trap cleanup EXIT
 
 settings() { printf '%s' "$1" > "$COAGENT_DIR/settings.json"; }
 
+# start_fakellm SCRIPT_JSON: coagent-fakellm on a free port, logging each request to
+# $work/fake.log, and a models.json provider "local" (model m1) on it with API $FAKE_API
+# (default anthropic-messages); start_coagent then uses it instead of the faux provider.
+start_fakellm() {
+  [ -n "$FAKELLM" ] || { echo "start_fakellm: lib.sh was sourced without coagent-fakellm" >&2; exit 1; }
+  printf '%s' "$1" > "$work/fake_script.json"
+  "$FAKELLM" --port 0 --script "$work/fake_script.json" --log "$work/fake.log" >"$work/fake.out" 2>&1 </dev/null &
+  fake_pid=$!
+  local limit=$(( $(now_ms) + 10000 ))
+  until grep -q '^listening' "$work/fake.out" 2>/dev/null; do
+    (( $(now_ms) < limit )) || { echo "coagent-fakellm did not start" >&2; cat "$work/fake.out" >&2; exit 1; }
+    sleep 0.02
+  done
+  local port
+  port=$(sed -n 's/^listening 127.0.0.1:\([0-9]*\)$/\1/p' "$work/fake.out")
+  cat >"$COAGENT_DIR/models.json" <<EOF
+{"providers":{"local":{"baseUrl":"http://127.0.0.1:$port/v1","api":"${FAKE_API:-anthropic-messages}",
+  "apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096,"reasoning":true}]}}}
+EOF
+  COAGENT_MODEL="--provider local --model m1"
+}
+fake_requests() { [ -f "$work/fake.log" ] && wc -l < "$work/fake.log" || echo 0; }
+
 # start_coagent SCRIPT_JSON [WIDTH HEIGHT]: coagent on the faux provider (named: a developer's
-# key never sends a test to the network), waits for its screen. $COAGENT_ARGS replaces the
-# default --no-session (a first message, --resume); $START_TEXT what to wait for.
+# key never sends a test to the network), or on coagent-fakellm after start_fakellm, waits for
+# its screen. $COAGENT_ARGS replaces the default --no-session (a first message, --resume);
+# $START_TEXT what to wait for.
 start_coagent() {
   printf '%s' "$1" > "$work/script.json"
   local w=${2:-100} h=${3:-30}
@@ -33,7 +61,7 @@ start_coagent() {
   local ubsan="${UBSAN_OPTIONS:-}${UBSAN_OPTIONS:+:}log_path=$work/ubsan"
   T -f /dev/null new-session -d -s main -x "$w" -y "$h" -c "$work" \
     "env COAGENT_DIR='$COAGENT_DIR' LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=tmux-256color ASAN_OPTIONS='$asan' UBSAN_OPTIONS='$ubsan' \
-     '$COAGENT' --provider faux ${COAGENT_ARGS:---no-session} --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
+     '$COAGENT' ${COAGENT_MODEL:---provider faux} ${COAGENT_ARGS:---no-session} --faux-script '$work/script.json' --faux-log '$work/faux.log'; \
      echo \"EXIT=\$?\"; sleep 600"
   T set-option -t main history-limit 5000 >/dev/null
   wait_for "${START_TEXT:-Enter sends}"
@@ -64,6 +92,7 @@ fail() {
   everything >&2
   echo "---- faux log ----" >&2
   cat "$work/faux.log" >&2 2>/dev/null
+  if [ -f "$work/fake.log" ]; then echo "---- fakellm log ----" >&2; cat "$work/fake.log" >&2; fi
   exit 1
 }
 

@@ -60,10 +60,12 @@ class config_error : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-/// The image in `file` for --image: PNG, JPEG, GIF or WebP (told by its first bytes, not its
-/// name), at most max_image_file_bytes, base64-encoded. Throws config_error naming the file.
+/// The image in `file` for --image and the TUI's `@file` attachments: PNG, JPEG, GIF or WebP
+/// (told by its first bytes, not its name), at most max_image_file_bytes, base64-encoded.
+/// Throws config_error naming the file: `<label>: no such file` …, the label "--image FILE"
+/// when `label` is empty.
 inline constexpr std::size_t max_image_file_bytes = std::size_t{20} * 1024 * 1024;
-image_block load_image_file(const std::filesystem::path& file);
+image_block load_image_file(const std::filesystem::path& file, std::string_view label = {});
 
 class models_config;
 class file_auth_storage;

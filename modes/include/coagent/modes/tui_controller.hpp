@@ -54,7 +54,8 @@ struct transcript_item {
         error,      ///< "Error: …", "Retry failed after …", compaction failures
         notice,     ///< "Aborted", "Context compacted", discarded queued messages
         tool,       ///< tool calls and their results
-        thinking,   ///< the model's thinking (grows while it streams), shown folded to one line
+        thinking,   ///< the model's thinking (grows while it streams), folded to one line or whole
+                    ///< (Ctrl+T)
     };
     kind type = kind::notice;
     std::string text;
@@ -78,6 +79,29 @@ struct completion {
 /// space, or the longest common prefix of the names that match; nullopt otherwise.
 std::optional<completion> complete_slash(std::string_view input);
 
+// ---- image attachments (issue 24, docs/tui.md "Images") -------------------------------------
+
+namespace tui {
+/// The image files an input attaches, in order: each word that starts the input or follows a
+/// space and is `@PATH` or `@"PATH"` (the reference's attachment syntax, `pi @shot.png`), where
+/// PATH ends in .png, .jpg, .jpeg, .gif or .webp (any case). Trailing `,;:!?).` after such a
+/// name are not part of it. Other words (`@alice`, `@notes.txt`) are text. No I/O.
+std::vector<std::string> image_attachments(std::string_view input);
+/// A paste that is one image file's path as terminals drop a file: surrounding spaces,
+/// single or double quotes, `file://` (with %XX escapes) and backslash-escaped characters
+/// removed. nullopt when it is not one path ending in an image extension. No I/O: the shell
+/// checks that the file exists before it inserts attachment_token() instead of the text.
+std::optional<std::string> pasted_image_path(std::string_view pasted);
+/// `@PATH`, or `@"PATH"` when PATH holds a space: what image_attachments() reads back.
+std::string attachment_token(std::string_view path);
+/// The transcript's marker for an image of a user message: `[image: image/png, 12 KB]` (the
+/// decoded size: bytes below 1 KB, then KB rounded up, MB with one decimal from 1 MB).
+std::string image_marker(const image_block& image);
+/// The attachments shown in the status line while the input holds them:
+/// `1 image: shot.png` / `2 images: a.png, b.png` (file names, not directories); "" for none.
+std::string attachment_status(const std::vector<std::string>& paths);
+}  // namespace tui
+
 /// What the interactive shell is asked to do after a key.
 struct tui_command {
     enum class kind {
@@ -98,6 +122,10 @@ struct tui_command {
         resume,          ///< `/resume`: continue the session file `text`; empty: list them
         compact,         ///< `/compact [instructions]`: session.compact(text)
         show_settings,   ///< `/settings`: the effective retry settings and where each came from
+        attach,          ///< Enter on a message with image attachments: load the files in
+                         ///< `attachments` (the shell's I/O), then call on_attachments_loaded()
+        redraw,          ///< Ctrl+T: draw the transcript again from its first item (the thinking
+                         ///< blocks folded or expanded: thinking_expanded())
     };
     kind type = kind::none;
     /// submit: the message (also `/retry` resending the last failed prompt); set_auto_retry:
@@ -111,6 +139,7 @@ struct tui_command {
     bool queued = false;   ///< submit: the session is busy, the message runs after the turn
     bool join = false;     ///< submit during a backoff: the message joins it and retries now
     bool enabled = false;  ///< set_auto_retry: the new value
+    std::vector<std::string> attachments;  ///< attach: the image files, as typed
 };
 
 /// The loader/Esc state machine of the terminal UI (the reference's event controller).
@@ -148,6 +177,11 @@ class tui_controller {
     /// shows: then it retries now. An input whose first word is "/name" (letters and '-') is a
     /// command (slash_commands()); an unknown one is an error line, never a message.
     tui_command on_enter(std::string_view input);
+    /// After `attach`: the files were read (`errors`: one text per file that could not be,
+    /// naming it). No errors: the submit of `input` (the shell sends the images with it).
+    /// Errors: a line each in the transcript (`Not sent: <error>`), nothing sent, the input
+    /// kept (kind none).
+    tui_command on_attachments_loaded(std::string input, const std::vector<std::string>& errors);
     /// Tab with the editor's text: set_input with the completed command name, else edit.
     tui_command on_tab(std::string_view input);
     /// A numbered list in the transcript (one notice: `title`, then "1. label" …, a line each); the
@@ -168,6 +202,13 @@ class tui_controller {
     /// as a first one again).
     tui_command on_ctrl_c(bool input_empty, time_point now);
     tui_command on_ctrl_d(bool input_empty);
+    /// Ctrl+T (the reference's "toggle thinking"): every thinking block switches between the
+    /// folded one-line view and its whole text; the status line says which until the next key.
+    tui_command on_ctrl_t();
+    /// The thinking blocks are shown whole (Ctrl+T), not folded to one line (the default).
+    bool thinking_expanded() const noexcept { return thinking_expanded_; }
+    /// The shell tells the saved choice at start (setting tui.expandThinking).
+    void set_thinking_expanded(bool on) noexcept { thinking_expanded_ = on; }
     /// Any other key (ends a Ctrl+C sequence).
     void on_other_key();
     void set_model_label(std::string label) {
@@ -271,6 +312,8 @@ class tui_controller {
     std::string totals_label_;
     limit_kind retry_limit_ = limit_kind::none;
     bool auto_retry_ = true;
+    bool thinking_expanded_ = false;
+    bool has_thinking_ = false;  // the transcript holds a thinking block (the status names Ctrl+T)
     std::uint64_t revision_ = 1;
 };
 

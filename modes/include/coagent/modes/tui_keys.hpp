@@ -27,8 +27,9 @@ class key_decoder {
             ctrl_c,
             ctrl_d,
             ctrl_z,
-            paste,  ///< bracketed paste (ESC[200~ … ESC[201~): text, CR/CRLF → LF
-            up,     ///< Up arrow (the shell moves between input lines or through history)
+            ctrl_t,  ///< toggle the thinking blocks (folded / expanded), as the reference's ctrl+t
+            paste,   ///< bracketed paste (ESC[200~ … ESC[201~): text, CR/CRLF → LF
+            up,      ///< Up arrow (the shell moves between input lines or through history)
             down,
             tab,  ///< Tab (the shell completes a slash command, or gives it to the editor)
         };

@@ -35,6 +35,11 @@ class transcript_printer {
     void reset() noexcept;
     /// Assistant replies rendered as Markdown (tui.markdown, --no-markdown) or as plain text.
     void set_markdown(bool on) noexcept { markdown_ = on; }
+    /// Thinking blocks shown whole (Ctrl+T): a row "✻ Thinking:", then the text word-wrapped
+    /// and indented two columns, its line breaks kept, dimmed. Otherwise (the default) folded
+    /// to the one row "✻ Thinking: <the text, line breaks as spaces>", cut with "…". A change
+    /// takes effect from the next reset().
+    void set_thinking_expanded(bool on) noexcept { thinking_expanded_ = on; }
 
   private:
     std::size_t committed_items_ = 0;  // transcript items printed for good
@@ -43,6 +48,7 @@ class transcript_printer {
     std::size_t item_rows_ = 0;        // rows of that item already printed
     std::size_t item_blocks_ = 0;      // Markdown: blocks of that item already printed
     bool markdown_ = false;
+    bool thinking_expanded_ = false;
 };
 
 /// What the live region shows.
@@ -51,11 +57,12 @@ struct live_input {
     std::vector<std::string> queued;      ///< messages waiting, oldest first
     std::string loader;                   ///< the loader line ("" when none)
     std::string status;                   ///< the status line
-    std::string footer;                   ///< the footer under it ("" = no row)
-    std::u32string text;                  ///< the input being edited
-    std::size_t cursor = 0;               ///< the input cursor (code points)
-    int width = 80;                       ///< terminal columns (at least 4 are used)
-    int height = 24;                      ///< terminal rows
+    std::string attachments;  ///< the input's images (tui::attachment_status), before the status
+    std::string footer;       ///< the footer under it ("" = no row)
+    std::u32string text;      ///< the input being edited
+    std::size_t cursor = 0;   ///< the input cursor (code points)
+    int width = 80;           ///< terminal columns (at least 4 are used)
+    int height = 24;          ///< terminal rows
 };
 
 struct live_region {
@@ -67,7 +74,8 @@ struct live_region {
 /// Live region: [streaming row] [queued: the first 3, then "… and N more queued"] [loader]
 /// [rule] [input: "> " then the text wrapped after the last space that fits (a word wider than
 /// a row is split), continuation rows indented "  ", tabs as 4
-/// columns, only the rows around the cursor when it does not fit] [status] [footer]. A terminal
+/// columns, only the rows around the cursor when it does not fit] [status: the attachments
+/// first, `1 image: shot.png · …`, when the input holds any] [footer]. A terminal
 /// smaller than that drops rows from the top, keeping the cursor's row.
 live_region compose_live(const live_input& in);
 

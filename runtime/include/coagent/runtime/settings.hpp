@@ -114,7 +114,8 @@ struct model_selection_settings {
 };
 
 struct tui_settings {
-    bool markdown = true;  // tui.markdown: assistant replies rendered as Markdown
+    bool markdown = true;          // tui.markdown: assistant replies rendered as Markdown
+    bool expand_thinking = false;  // tui.expandThinking: thinking blocks whole (Ctrl+T saves it)
 };
 
 struct telemetry_settings {
