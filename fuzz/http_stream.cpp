@@ -95,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const std::size_t max_reply : {hp::default_max_reply_bytes, std::size_t{1024}}) {
         decode(text, hp::api_kind::openai_completions, max_reply);
         decode(text, hp::api_kind::anthropic_messages, max_reply);
+        decode(text, hp::api_kind::openai_responses, max_reply);
     }
 
     // an error body

@@ -335,7 +335,7 @@ std::string anthropic_body(const provider_request& req) {
         out += "]}";
         in_results = false;
     };
-    const int format = int(api_kind::anthropic_messages);
+    const std::uint64_t format = std::uint64_t(api_kind::anthropic_messages);
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         const message& m = *req.messages[i];
         if (m.role == message_role::tool_result) {

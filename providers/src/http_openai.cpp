@@ -180,63 +180,70 @@ std::string openai_body(const provider_request& req) {
     }
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         next();
-        append_message(out, req, i, int(api_kind::openai_completions), [&](const message& m) {
-            switch (m.role) {
-                case message_role::user:
-                    if (image_count(m) == 0) {
-                        with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
-                    } else {
-                        user_blocks(out, m.content, {});
-                    }
-                    break;
-                case message_role::assistant: {
-                    const auto calls = tool_calls_of(m);
-                    out += "{\"role\":\"assistant\",\"content\":";
-                    with_text(m, [&](std::string_view t) {
-                        if (t.empty() && !calls.empty())
-                            out += "null";
-                        else
-                            jt::append_string(out, t);
-                    });
-                    if (!calls.empty()) {
-                        out += ",\"tool_calls\":[";
-                        for (std::size_t c = 0; c < calls.size(); ++c) {
-                            if (c) out.push_back(',');
-                            out += "{\"id\":";
-                            jt::append_string(out, calls[c]->id);
-                            out += ",\"type\":\"function\",\"function\":{\"name\":";
-                            jt::append_string(out, calls[c]->name);
-                            out += ",\"arguments\":";
-                            jt::append_string(out, json::serialize(calls[c]->arguments));
-                            out += "}}";
+        append_message(
+            out, req, i, std::uint64_t(api_kind::openai_completions), [&](const message& m) {
+                switch (m.role) {
+                    case message_role::user:
+                        // one text: a string; more blocks (images, placeholders): parts, as the
+                        // reference sends a user message's blocks
+                        if (image_count(m) == 0 &&
+                            std::count_if(m.content.begin(), m.content.end(), [](const auto& b) {
+                                return std::holds_alternative<text_block>(b);
+                            }) <= 1) {
+                            with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
+                        } else {
+                            user_blocks(out, m.content, {});
                         }
-                        out.push_back(']');
+                        break;
+                    case message_role::assistant: {
+                        const auto calls = tool_calls_of(m);
+                        out += "{\"role\":\"assistant\",\"content\":";
+                        with_text(m, [&](std::string_view t) {
+                            if (t.empty() && !calls.empty())
+                                out += "null";
+                            else
+                                jt::append_string(out, t);
+                        });
+                        if (!calls.empty()) {
+                            out += ",\"tool_calls\":[";
+                            for (std::size_t c = 0; c < calls.size(); ++c) {
+                                if (c) out.push_back(',');
+                                out += "{\"id\":";
+                                jt::append_string(out, calls[c]->id);
+                                out += ",\"type\":\"function\",\"function\":{\"name\":";
+                                jt::append_string(out, calls[c]->name);
+                                out += ",\"arguments\":";
+                                jt::append_string(out, json::serialize(calls[c]->arguments));
+                                out += "}}";
+                            }
+                            out.push_back(']');
+                        }
+                        out.push_back('}');
+                        break;
                     }
-                    out.push_back('}');
-                    break;
-                }
-                case message_role::tool_result: {
-                    // a tool message carries text only: its images follow in a user message
-                    // (the reference's "Attached image(s) from tool result:")
-                    const bool images = image_count(m) > 0;
-                    out += "{\"role\":\"tool\",\"tool_call_id\":";
-                    jt::append_string(out, m.tool_call_id);
-                    out += ",\"content\":";
-                    with_text(m, [&](std::string_view t) {
-                        jt::append_string(out, t.empty() && images ? "(see attached image)" : t);
-                    });
-                    out.push_back('}');
-                    if (images) {
-                        out.push_back(',');
-                        std::vector<content_block> only;
-                        for (const auto& b : m.content)
-                            if (std::holds_alternative<image_block>(b)) only.push_back(b);
-                        user_blocks(out, only, "Attached image(s) from tool result:");
+                    case message_role::tool_result: {
+                        // a tool message carries text only: its images follow in a user message
+                        // (the reference's "Attached image(s) from tool result:")
+                        const bool images = image_count(m) > 0;
+                        out += "{\"role\":\"tool\",\"tool_call_id\":";
+                        jt::append_string(out, m.tool_call_id);
+                        out += ",\"content\":";
+                        with_text(m, [&](std::string_view t) {
+                            jt::append_string(out,
+                                              t.empty() && images ? "(see attached image)" : t);
+                        });
+                        out.push_back('}');
+                        if (images) {
+                            out.push_back(',');
+                            std::vector<content_block> only;
+                            for (const auto& b : m.content)
+                                if (std::holds_alternative<image_block>(b)) only.push_back(b);
+                            user_blocks(out, only, "Attached image(s) from tool result:");
+                        }
+                        break;
                     }
-                    break;
                 }
-            }
-        });
+            });
     }
     out += "],\"stream\":true,\"stream_options\":{\"include_usage\":true}";
     if (const auto effort = reasoning_effort(effective_thinking_level(req.model, req.thinking))) {

@@ -153,8 +153,8 @@ inline void append_tools(std::string& out, const std::vector<tool_definition>& t
 // for the next request unless it is the newest message. `write` must not depend on the other
 // messages (no separators: those stay with the caller).
 template <class Write>
-void append_message(std::string& out, const provider_request& req, std::size_t i, int format,
-                    Write&& write) {
+void append_message(std::string& out, const provider_request& req, std::size_t i,
+                    std::uint64_t format, Write&& write) {
     const message_ptr& m = req.messages[i];
     if (req.fragments) {
         if (const std::string* kept = req.fragments->find(i, m, format)) {
@@ -205,6 +205,7 @@ inline std::string stream_error_text(std::string message, const std::string& typ
 /// The request body of one streamed request (http_openai.cpp, http_anthropic.cpp).
 std::string openai_body(const provider_request& req);
 std::string anthropic_body(const provider_request& req);
+std::string openai_responses_body(const provider_request& req);
 /// Anthropic's `thinking.budget_tokens` for `level` (the reference's budgets: minimal 1024, low
 /// 2048, medium 8192, high and xhigh 16384), at most max_tokens - 1024; nullopt (no thinking
 /// sent) for off, or when max_tokens leaves no room for the API's minimum of 1024.
@@ -215,5 +216,6 @@ std::optional<std::string_view> reasoning_effort(thinking_level level);
 /// The stream decoder of each API.
 std::unique_ptr<stream_decoder> make_openai_decoder();
 std::unique_ptr<stream_decoder> make_anthropic_decoder();
+std::unique_ptr<stream_decoder> make_openai_responses_decoder();
 
 }  // namespace coagent::http_protocol::detail
