@@ -671,6 +671,15 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
             c["choices"] = openai_choice(std::move(delta), nullptr);
             p.head.push_back(data_line(c));
         }
+        // thinking: the reasoning_content deltas of compatible servers (llama.cpp, vLLM)
+        if (s.thinking)
+            for (const auto& piece : split_chunks(*s.thinking, std::nullopt)) {
+                json::object delta;
+                delta["reasoning_content"] = piece;
+                auto c = openai_chunk(id, model);
+                c["choices"] = openai_choice(std::move(delta), nullptr);
+                p.head.push_back(data_line(c));
+            }
         {
             json::object delta;
             if (tool) {

@@ -295,23 +295,6 @@ class responses_decoder final : public stream_decoder {
     part_kind part_ = part_kind::none;
 };
 
-// The format of the text kept for a message (wire_fragments): it depends on the model (whose
-// own reasoning items and tool-call item ids are sent back) and on the message's position in
-// the input (the "msg_<n>" id of an assistant text).
-std::uint64_t fragment_format(const model_info& model, std::size_t msg_index) {
-    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over provider, api, id
-    for (const std::string* s : {&model.provider, &model.api, &model.id}) {
-        for (const unsigned char ch : *s) {
-            h ^= ch;
-            h *= 1099511628211ull;
-        }
-        h ^= 0xff;
-        h *= 1099511628211ull;
-    }
-    h ^= static_cast<std::uint64_t>(msg_index) * 0x9e3779b97f4a7c15ull;
-    return h | (std::uint64_t{1} << 63);  // never another API's small number
-}
-
 // {"type":"input_image","detail":"auto","image_url":"data:<mime>;base64,<data>"}
 void input_image(std::string& out, const image_block& im) {
     out += R"({"type":"input_image","detail":"auto","image_url":)";
@@ -470,24 +453,28 @@ std::string openai_responses_body(const provider_request& req) {
         first = false;
         role_text(out, req.model.reasoning ? "developer" : "system", req.system_prompt);
     }
-    std::size_t msg_index = 0;  // the reference's index of the messages sent ("msg_<n>")
+    // the reference's index of the messages sent ("msg_<n>"): the kept texts depend on it and on
+    // the model (whose own reasoning items and tool-call item ids are sent back)
+    std::size_t msg_index = 0;
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         const std::size_t mark = out.size();
         if (!first) out.push_back(',');
         const std::size_t start = out.size();
-        append_message(out, req, i, fragment_format(req.model, msg_index), [&](const message& m) {
-            switch (m.role) {
-                case message_role::user:
-                    user_message(out, m);
-                    break;
-                case message_role::assistant:
-                    assistant_items(out, m, req.model, msg_index);
-                    break;
-                case message_role::tool_result:
-                    function_call_output(out, m);
-                    break;
-            }
-        });
+        append_message(out, req, i,
+                       model_fragment_format(api_kind::openai_responses, req.model, msg_index),
+                       [&](const message& m) {
+                           switch (m.role) {
+                               case message_role::user:
+                                   user_message(out, m);
+                                   break;
+                               case message_role::assistant:
+                                   assistant_items(out, m, req.model, msg_index);
+                                   break;
+                               case message_role::tool_result:
+                                   function_call_output(out, m);
+                                   break;
+                           }
+                       });
         if (out.size() == start) {  // nothing to send for this message (no msg_<n> used)
             out.resize(mark);
             continue;

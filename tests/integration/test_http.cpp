@@ -953,6 +953,15 @@ TEST_CASE("openai-responses: failed, error, incomplete and cut streams",
     CHECK(m.error_type == "server_error");
     CHECK(text_of(m) == "partial");
     CHECK(retryable(m));
+    // the API's overflow goes to compaction like the other APIs' overflow bodies
+    m = decode_stream(
+        api_kind::openai_responses,
+        responses_event(
+            R"({"type":"response.failed","response":{"status":"failed","error":{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model."}}})"));
+    CHECK(m.error_message ==
+          "context_length_exceeded: Your input exceeds the context window of this model.");
+    CHECK(classify(m, model_info{"fake", "fake-model", "x", 32000, 4096}, 1'700'000'000'000).kind ==
+          error_kind::context_overflow);
     m = decode_stream(api_kind::openai_responses,
                       responses_event(R"({"type":"response.failed","response":{}})"));
     CHECK(m.error_message == "Unknown error (no error details in response)");
@@ -1410,7 +1419,7 @@ TEST_CASE("issue 24: fakellm streams signed thinking, the next request sends it 
 
 TEST_CASE("issue 24: openai-completions sends a prompt's image as a data URL over loopback",
           "[http][loopback][content]") {
-    loopback lb(R"([{"text":"A logo.","thinking":"ignored by the OpenAI format"}])");
+    loopback lb(R"([{"text":"A logo."}])");
     http_provider p(lb.options(api_kind::openai_completions));
     recording_observer obs;
     abort_signal abort;
@@ -1429,6 +1438,65 @@ TEST_CASE("issue 24: openai-completions sends a prompt's image as a data URL ove
         R"({"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}}]}],)"
         R"("stream":true,"stream_options":{"include_usage":true}})");
     CHECK(reqs[0].images == 1);
+}
+
+TEST_CASE(
+    "issue 24: openai-completions keeps reasoning_content and sends it back to the same model",
+    "[http][loopback][content]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look."},{"text":"ok"}])");
+    auto o = lb.options(api_kind::openai_completions);
+    o.model.reasoning = true;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "what is this?", "");
+    auto first = lb.stream_once(p, req, obs, abort);
+    REQUIRE(first.stop == stop_reason::stop);
+    REQUIRE(first.content.size() == 2);
+    const auto* th = std::get_if<thinking_block>(&first.content[0]);
+    REQUIRE(th);
+    CHECK(th->thinking == "Let me look.");
+    CHECK(th->signature == "reasoning_content");  // the field it came in (the reference's)
+    CHECK(text_of(first) == "A logo.");
+    first.provider = "fake";
+    first.api = "openai-completions";
+    first.model = "fake-model";
+    req.messages.push_back(std::make_shared<message>(first));
+    req.messages.push_back(std::make_shared<message>(make_user_message("and now?")));
+    CHECK(lb.stream_once(p, req, obs, abort).stop == stop_reason::stop);
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","messages":[{"role":"user","content":"what is this?"},)"
+        R"({"role":"assistant","content":"A logo.","reasoning_content":"Let me look."},)"
+        R"({"role":"user","content":"and now?"}],"stream":true,"stream_options":{"include_usage":true}})");
+    // to Anthropic the reasoning of another API is text (its signature means nothing there)
+    auto for_anthropic = req;
+    for_anthropic.model.api = "anthropic-messages";
+    auto redacted = std::make_shared<message>(first);
+    redacted->content.insert(redacted->content.begin(),
+                             thinking_block{"[Reasoning redacted]", "opaque", true});
+    for_anthropic.messages[1] = redacted;
+    CHECK(
+        http_protocol::build_request_body(api_kind::anthropic_messages, for_anthropic)
+            .find(
+                R"({"role":"assistant","content":[{"type":"text","text":"Let me look."},{"type":"text","text":"A logo."}]})") !=
+        std::string::npos);
+    // another model's reasoning is not sent
+    req.model.id = "other-model";
+    CHECK(http_protocol::build_request_body(api_kind::openai_completions, req)
+              .find("reasoning_content") == std::string::npos);
+    // the first of the reference's fields wins: reasoning_content, reasoning, reasoning_text
+    const auto m = decode_stream(
+        api_kind::openai_completions,
+        "data: {\"choices\":[{\"delta\":{\"reasoning\":\"a\",\"reasoning_text\":\"b\"}}]}\n\n"
+        "data: "
+        "{\"choices\":[{\"delta\":{\"reasoning_text\":\"c\"},\"finish_reason\":\"stop\"}]}\n\n"
+        "data: [DONE]\n\n");
+    REQUIRE(m.content.size() == 1);
+    CHECK(std::get<thinking_block>(m.content[0]).thinking == "ac");
+    CHECK(std::get<thinking_block>(m.content[0]).signature == "reasoning");
 }
 
 TEST_CASE(

@@ -63,7 +63,7 @@ struct step : scripted::step_base {
     // block holding `redacted_thinking` (opaque). Responses: a reasoning item whose summary
     // streams the text (reasoning_summary_text.delta) and whose encrypted_content is the
     // signature (or `redacted_thinking`, with no summary). Chat completions: the text in
-    // `reasoning_content` deltas (no signature).
+    // `reasoning_content` deltas (no signature; `redacted_thinking` is not sent).
     std::optional<std::string> thinking;
     std::string signature;
     std::optional<std::string> redacted_thinking;
