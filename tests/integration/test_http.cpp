@@ -2091,7 +2091,8 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
         "local":{"baseUrl":"http://127.0.0.1:8080/v1","api":"openai-completions","apiKey":"any",
                  "compat":{"supportsDeveloperRole":false},
                  "models":[{"id":"m1","name":"M1","contextWindow":32000,"maxTokens":4096,"reasoning":false,"input":["text"],
-                            "cost":{"input":0,"output":0}},{"id":"m2","api":"anthropic-messages"}]},
+                            "cost":{"input":0,"output":0}},{"id":"m2","api":"anthropic-messages"},
+                           {"id":"gpt-5","api":"openai-responses","reasoning":true,"input":["text","image"]}]},
         "anthropic":{"baseUrl":"https://proxy.example/anthropic/v1","models":[{"id":"claude-next","contextWindow":500000}]}},
         "somethingElse":true})",
                                   "models.json");
@@ -2105,6 +2106,14 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
     CHECK(m2.api == "anthropic-messages");
     CHECK(m2.context_window == 128000);  // defaults
     CHECK(m2.max_tokens == 16384);
+    CHECK_FALSE(m2.image_input);  // the reference's default input: ["text"]
+    CHECK_FALSE(m1.image_input);
+    auto m3 = c.resolve("local", "gpt-5");
+    CHECK(m3.api == "openai-responses");
+    CHECK(m3.image_input);
+    CHECK(c.provider_options("local", "gpt-5", provider_settings{}).api ==
+          api_kind::openai_responses);
+    CHECK(c.resolve("openai", "gpt-4o").image_input);  // the built-in models read images
     // a built-in overridden: new base URL, its models kept, one added
     CHECK(c.find("anthropic")->base_url == "https://proxy.example/anthropic/v1");
     CHECK(c.resolve("anthropic", "claude-sonnet-4-5").context_window == 200000);
@@ -2449,13 +2458,14 @@ TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → re
     CHECK(starts[1].at("errorMessage") == "overloaded_error: Overloaded");
 }
 
-TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to retry",
+TEST_CASE("loopback: the overflow bodies of the three APIs go to compaction, never to retry",
           "[http][loopback][session]") {
     const std::pair<const char*, api_kind> cases[] = {
         {"openai-overflow.json", api_kind::openai_completions},
+        {"openai-overflow.json", api_kind::openai_responses},
         {"anthropic-overflow.json", api_kind::anthropic_messages}};
     for (const auto& [file, api] : cases) {
-        INFO(file);
+        INFO(file << " " << http_protocol::to_string(api));
         session_loopback t(example(file), api, fast_settings());
         t.prompt("hi");
         CHECK(t.of("auto_retry_start").empty());
