@@ -2630,6 +2630,51 @@ TEST_CASE(
     CHECK(session.model().provider == "backup");
 }
 
+TEST_CASE(
+    "openai-responses: a session on a models.json model sends its reasoning item back in the "
+    "next prompt",
+    "[http][loopback][session][responses]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look.","signature":"gAAAAB=="},)"
+                R"({"text":"ok"}])");
+    temp_dir d;
+    write_text(d.path / "models.json",
+               R"({"providers":{"oai":{"baseUrl":")" + lb.base_url() +
+                   R"(","api":"openai-responses","apiKey":"key-1","models":[)"
+                   R"({"id":"gpt-5","reasoning":true,"maxTokens":64000}]}}})");
+    auto catalog = std::make_shared<app_catalog>(d.path, provider_settings{}, nullptr);
+    session_options so;
+    so.executor = lb.io.get_executor();
+    so.model_provider = catalog->make("oai", "gpt-5");
+    so.models = catalog;
+    so.config = fast_settings();
+    agent_session session(std::move(so));
+    CHECK(session.set_thinking_level(thinking_level::medium).empty());
+    for (const char* text : {"what is this?", "and now?"}) {
+        std::optional<prompt_result> result;
+        asio::co_spawn(lb.io, session.prompt(text), [&](std::exception_ptr e, prompt_result r) {
+            if (e) std::rethrow_exception(e);
+            result = std::move(r);
+        });
+        REQUIRE(lb.run_until([&] { return result.has_value(); }));
+        CHECK(result->outcome == prompt_result::status::succeeded);
+    }
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0].path == "/v1/responses");
+    CHECK(reqs[0].authorization == "Bearer key-1");
+    const auto body = json::parse(reqs[1].body).as_object();
+    const auto& input = body.at("input").as_array();
+    REQUIRE(input.size() >= 4);
+    CHECK(
+        json::serialize(input[input.size() - 3]) ==
+        R"({"id":"rs_fakellm_1","type":"reasoning","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"gAAAAB=="})");
+    CHECK(
+        reqs[1].body.find(
+            R"("reasoning":{"effort":"medium","summary":"auto"},"include":["reasoning.encrypted_content"]})") !=
+        std::string::npos);
+    CHECK(reqs[1].thinking == 1);
+}
+
 // ---- issue 21: retry.resumePartial over loopback (Anthropic Messages prefill)
 // --------------------
 
