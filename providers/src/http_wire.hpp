@@ -1,7 +1,8 @@
 #pragma once
 // What the wire formats of the HTTP providers share (see http_protocol.hpp), private to
-// providers/: text helpers, the request-body pieces both APIs write, the decoder helpers, and
-// the two APIs' bodies and decoders (http_openai.cpp, http_anthropic.cpp). Inline, so each
+// providers/: text helpers, the request-body pieces the APIs write, the decoder helpers, and
+// the three APIs' bodies and decoders (http_openai.cpp, http_openai_responses.cpp,
+// http_anthropic.cpp). Inline, so each
 // body writer still inlines its pieces.
 
 #include <coagent/providers/http_protocol.hpp>
