@@ -268,8 +268,10 @@ asio::awaitable<void> rpc_client::start(std::filesystem::path executable,
                     "coagent did not write {\"type\":\"ready\"} within " +
                         std::to_string(p->opts.start_timeout.count()) + " ms" +
                         p->stderr_excerpt());
-        p->end(e);
+        // killed before its stdin closes: a child that ends at EOF (as `cat` would) must not
+        // exit on its own first and report 0
         p->kill_now();
+        p->end(e);
         throw e;
     }
 }

@@ -167,20 +167,6 @@ std::int64_t file_auth_storage::effective_block(std::int64_t blocked_until, std:
     return clamp_block(blocked_until, now);  // a block never lasts beyond 7 days from now
 }
 
-std::vector<credential_state> file_auth_storage::states(std::string_view provider,
-                                                        const std::vector<credential>& creds,
-                                                        std::int64_t now) const {
-    std::vector<credential_state> out;
-    out.reserve(creds.size());
-    for (const auto& c : creds) {
-        std::int64_t b = c.blocked_until;
-        if (shared_) b = std::max(b, shared_->credential_blocked_until(provider, c.fingerprint));
-        out.push_back({effective_block(b, now),
-                       shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
-    }
-    return out;
-}
-
 std::string file_auth_storage::api_key(std::string_view provider, std::string_view session_id) {
     std::lock_guard lock(mutex_);
     refresh_locked();
@@ -195,7 +181,7 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
                 // another process blocked it (a shared store): move to a free one, if any
                 if (!shared_ || shared_->credential_blocked_until(provider, c.fingerprint) <= now)
                     return c.key;
-                const auto st = states(provider, creds, now);
+                const auto st = states_of(provider, creds, now);
                 const std::size_t next = choose_credential(st, now);
                 if (st[next].blocked_until <= now) {
                     u->second = creds[next].key;
@@ -205,7 +191,7 @@ std::string file_auth_storage::api_key(std::string_view provider, std::string_vi
             }
         // the key left the file: choose again
     }
-    const auto& chosen = creds[choose_credential(states(provider, creds, now), now)];
+    const auto& chosen = creds[choose_credential(states_of(provider, creds, now), now)];
     in_use_[k] = chosen.key;
     if (shared_) shared_->lease_credential(provider, chosen.fingerprint, session_id);  // §11.31
     return chosen.key;
@@ -272,7 +258,7 @@ bool file_auth_storage::mark_usage_limit_reached(std::string_view provider,
             if (c.key == u->second) shared_->block_credential(provider, c.fingerprint, until, now);
     // the next request uses a free credential (§11.29); with every credential blocked the
     // session keeps its own, unless it is in a shared pool: then it takes the one free soonest
-    const auto st = states(provider, creds, now);
+    const auto st = states_of(provider, creds, now);
     const std::size_t next = choose_credential(st, now);
     const bool free_now = st[next].blocked_until <= now;
     const bool switched = creds[next].key != u->second && free_now;

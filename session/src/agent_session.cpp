@@ -359,16 +359,17 @@ bool agent_session::retry_now() {
 }
 
 bool agent_session::join_backoff(std::string text) {
-    return join_backoff_message(make_user_message(std::move(text)));
+    return join_backoff_message(
+        std::make_shared<const message>(make_user_message(std::move(text))));
 }
 
 bool agent_session::join_backoff(std::string text, std::vector<image_block> images) {
-    return join_backoff_message(make_user_message(std::move(text), std::move(images)));
+    return join_backoff_message(
+        std::make_shared<const message>(make_user_message(std::move(text), std::move(images))));
 }
 
-bool agent_session::join_backoff_message(message user) {
+bool agent_session::join_backoff_message(message_ptr m) {
     if (!busy_ || !policy_.retry_now()) return false;
-    auto m = std::make_shared<message>(std::move(user));
     append(m);  // after the failed reply left the context (§3.9): the next request has both
     emit(message_start_event{m});
     emit(message_end_event{m});
@@ -554,27 +555,37 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-asio::awaitable<prompt_result> agent_session::run_prompt(message user, streaming_behavior behavior,
+// every prompt's coroutine, made when async_prompt is called (so its frame is a block of its own
+// size, not one Asio's recycling allocator kept from a larger, freed frame of a run). The user
+// message comes as a pointer: a message by value would sit in this frame for the whole prompt
+asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user,
+                                                         streaming_behavior behavior,
                                                          std::uint64_t id) {
-    if (busy_) {
-        // a message from the user during a backoff joins the chain and retries now
-        if (behavior == streaming_behavior::none && join_backoff_message(std::move(user)))
-            co_return co_await wait_for_settle(id);
-        co_return co_await queue_while_busy(std::move(user), behavior, id);
-    }
-    if (compacting_) {
-        tel_refused(prompt_result::status::refused);
-        co_return refused_while_compacting();
-    }
+    if (busy_ || compacting_) co_return co_await prompt_while_busy(std::move(user), behavior, id);
     busy_ = true;
     running_id_ = id;
     abort_.reset();
     run_state st;
-    st.pending = std::make_shared<message>(std::move(user));
+    st.pending = std::move(user);
     st.id = id;
     tel_prompt_start();
     co_await perform(policy_.begin_prompt(), st);
     co_return st.own_result ? std::move(*st.own_result) : last_result();
+}
+
+// a prompt while the session is busy or compacting: a coroutine of its own, so that what it keeps
+// is not in the frame of every prompt
+asio::awaitable<prompt_result> agent_session::prompt_while_busy(message_ptr user,
+                                                                streaming_behavior behavior,
+                                                                std::uint64_t id) {
+    if (busy_) {
+        // a message from the user during a backoff joins the chain and retries now
+        if (behavior == streaming_behavior::none && join_backoff_message(user))
+            co_return co_await wait_for_settle(id);
+        co_return co_await queue_while_busy(std::move(user), behavior, id);
+    }
+    tel_refused(prompt_result::status::refused);
+    co_return refused_while_compacting();
 }
 
 // the run policy's events, in the order it decides them (agent_session is its event_sink: no
@@ -662,22 +673,57 @@ asio::awaitable<prompt_result> agent_session::resume_park() {
     co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
 
+// perform's run: the next action is written to `a` (a run_action returned through co_await would
+// take room in perform's frame)
+asio::awaitable<void> agent_session::run_step(run_state& st, run_action& a) {
+    if (st.summary) {
+        a = co_await stream_summary(static_cast<summary_state&>(st));
+        co_return;
+    }
+    run_outcome out;
+    message_ptr from = messages_.size() == st.continue_at ? st.continue_from : message_ptr{};
+    st.continue_from = nullptr;
+    co_await run_agent(std::move(st.pending), out, std::move(from));
+    st.pending = nullptr;
+    a = end_run(out);
+}
+
+asio::awaitable<void> agent_session::compact_step(run_action& a) {
+    const bool ok = co_await compact_context(a.reason, {}, a.resume);
+    if (rare_ && rare_->tel) rare_->tel->sink->compaction(tel_now(), a.reason, ok);
+    a = policy_.on_compaction_done(ok, has_queued());
+}
+
+// a wait begins: the failed reply leaves the context (§3.9); a backoff's start for telemetry and
+// usage (0 for a park)
+std::int64_t agent_session::begin_backoff(const run_action& a, run_state& st) {
+    if (a.drop_failed_reply) drop_failed_reply(st);
+    if (a.what != run_action::kind::wait) return 0;
+    const std::int64_t wait_from = tel_now();
+    if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
+    return wait_from;
+}
+
+run_action agent_session::end_wait(run_action::kind what, bool elapsed, std::int64_t wait_from) {
+    if (what == run_action::kind::park) {
+        run_action next = policy_.on_park_done(elapsed, has_queued(), park_ctx(), sink());
+        if (next.ended_park != run_action::park_end::none) record_park_end(next.ended_park);
+        return next;
+    }
+    if (const std::int64_t waited = (tel_now() - wait_from) / 1'000'000; waited > 0)
+        usage_mut().backoff_ms += waited;
+    if (rare_ && rare_->tel)
+        rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
+    return policy_.on_wait_done(elapsed, has_queued(), sink());
+}
+
 asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
-    // the frame of a session parked in a backoff: keep its locals few and small
+    // the frame of a session parked in a backoff: keep its locals few and small (a run's state
+    // is in run_step's frame, which is gone while the session waits)
     for (;;) {
         switch (a.what) {
             case run_action::kind::run:
-                if (st.summary) {
-                    a = co_await stream_summary(static_cast<summary_state&>(st));
-                } else {
-                    run_outcome out;
-                    message_ptr from =
-                        messages_.size() == st.continue_at ? st.continue_from : message_ptr{};
-                    st.continue_from = nullptr;
-                    co_await run_agent(std::move(st.pending), out, std::move(from));
-                    st.pending = nullptr;
-                    a = end_run(out);
-                }
+                co_await run_step(st, a);
                 tel_decided(a);
                 break;
             case run_action::kind::switch_credential:
@@ -689,10 +735,10 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 a = policy_.on_model_switch(switch_model(a.retry_hint_ms), config_, sink());
                 tel_decided(a);
                 break;
-            case run_action::kind::wait: {
-                if (a.drop_failed_reply) drop_failed_reply(st);
-                const std::int64_t wait_from = tel_now();
-                if (rare_ && rare_->tel) rare_->tel->sink->backoff_start(wait_from);
+            case run_action::kind::wait:
+            case run_action::kind::park: {
+                // a backoff, or (retry.longWait "park") the same cancellable wait to the wake
+                const std::int64_t wait_from = begin_backoff(a, st);
                 // awaited directly as a deferred operation: no wrapper frame, not even
                 // use_awaitable's initiation frame (which would sit in a recycled block of a
                 // freed, larger frame)
@@ -701,33 +747,13 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                         ? co_await post_continue()
                         : !std::get<0>(co_await backoff_.async_wait(
                               delay_to_duration(a.delay_ms), asio::as_tuple(asio::deferred)));
-                if (const std::int64_t waited = (tel_now() - wait_from) / 1'000'000; waited > 0)
-                    usage_mut().backoff_ms += waited;
-                if (rare_ && rare_->tel)
-                    rare_->tel->sink->backoff_end(tel_now(), (tel_now() - wait_from) / 1'000'000);
-                a = policy_.on_wait_done(elapsed, has_queued(), sink());
+                a = end_wait(a.what, elapsed, wait_from);
                 tel_decided(a);
                 break;
             }
-            case run_action::kind::park: {
-                // retry.longWait "park": the same cancellable wait as a backoff, to the wake
-                if (a.drop_failed_reply) drop_failed_reply(st);
-                const bool elapsed =
-                    a.delay_ms <= 0
-                        ? co_await post_continue()
-                        : !std::get<0>(co_await backoff_.async_wait(
-                              delay_to_duration(a.delay_ms), asio::as_tuple(asio::deferred)));
-                a = policy_.on_park_done(elapsed, has_queued(), park_ctx(), sink());
-                if (a.ended_park != run_action::park_end::none) record_park_end(a.ended_park);
-                tel_decided(a);
+            case run_action::kind::compact:
+                co_await compact_step(a);
                 break;
-            }
-            case run_action::kind::compact: {
-                const bool ok = co_await compact_context(a.reason, {}, a.resume);
-                if (rare_ && rare_->tel) rare_->tel->sink->compaction(tel_now(), a.reason, ok);
-                a = policy_.on_compaction_done(ok, has_queued());
-                break;
-            }
             case run_action::kind::run_queued:
                 a = next_queued(st, a.has_result);
                 break;
@@ -807,7 +833,7 @@ void agent_session::settle(bool has_result) {
     emit(agent_settled_event{});
 }
 
-asio::awaitable<prompt_result> agent_session::queue_while_busy(message user,
+asio::awaitable<prompt_result> agent_session::queue_while_busy(message_ptr user,
                                                                streaming_behavior behavior,
                                                                std::uint64_t id) {
     prompt_result r;
@@ -817,8 +843,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(message user,
         tel_refused(r.outcome);
         co_return r;
     }
-    queue_.push(behavior == streaming_behavior::steer, std::make_shared<message>(std::move(user)),
-                id);
+    queue_.push(behavior == streaming_behavior::steer, std::move(user), id);
     // parked until the settle, a hand-over, or a cancellation of this prompt wakes it
     latch wake(executor_);
     bool cancelled = false;

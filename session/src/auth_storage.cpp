@@ -42,21 +42,6 @@ void in_memory_auth_storage::add_credential(std::string provider, std::string ke
     creds_[std::move(provider)].push_back({std::move(key), std::move(fp), 0});
 }
 
-std::vector<credential_state> in_memory_auth_storage::states(std::string_view provider,
-                                                             const std::vector<credential>& creds,
-                                                             std::int64_t now) const {
-    std::vector<credential_state> out;
-    out.reserve(creds.size());
-    for (const auto& c : creds) {
-        std::int64_t b = c.blocked_until;
-        if (shared_)
-            b = std::max(
-                b, clamp_block(shared_->credential_blocked_until(provider, c.fingerprint), now));
-        out.push_back({b, shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
-    }
-    return out;
-}
-
 std::string in_memory_auth_storage::api_key(std::string_view provider,
                                             std::string_view session_id) {
     std::lock_guard lock(mutex_);
@@ -67,12 +52,12 @@ std::string in_memory_auth_storage::api_key(std::string_view provider,
     std::string k = std::string(provider) + '\n' + std::string(session_id);
     auto u = in_use_.find(k);
     if (u == in_use_.end()) {
-        u = in_use_.emplace(k, choose_credential(states(provider, creds, now), now)).first;
+        u = in_use_.emplace(k, choose_credential(states_of(provider, creds, now), now)).first;
         if (shared_) shared_->lease_credential(provider, creds[u->second].fingerprint, session_id);
     } else if (shared_ &&
                shared_->credential_blocked_until(provider, creds[u->second].fingerprint) > now) {
         // another process blocked it: move to a free one, if there is one (§11.29)
-        const auto st = states(provider, creds, now);
+        const auto st = states_of(provider, creds, now);
         if (const auto next = choose_credential(st, now); st[next].blocked_until <= now) {
             u->second = next;
             shared_->lease_credential(provider, creds[next].fingerprint, session_id);
@@ -96,7 +81,7 @@ bool in_memory_auth_storage::mark_usage_limit_reached(std::string_view provider,
     auto& cur = creds[u->second];
     cur.blocked_until = std::max(cur.blocked_until, until);
     if (shared_) shared_->block_credential(provider, cur.fingerprint, until, now);
-    const auto st = states(provider, creds, now);
+    const auto st = states_of(provider, creds, now);
     const std::size_t next = choose_credential(st, now);
     const bool free_now = st[next].blocked_until <= now;
     const bool switched = next != u->second && free_now;

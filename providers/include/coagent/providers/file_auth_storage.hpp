@@ -97,10 +97,6 @@ class file_auth_storage final : public auth_storage {
 
     void refresh_locked();  // re-reads the file if it changed (mutex_ held)
     static std::int64_t effective_block(std::int64_t blocked_until, std::int64_t now);
-    // the choice's view of `creds`: the file's blocks and the shared store's (mutex_ held)
-    std::vector<credential_state> states(std::string_view provider,
-                                         const std::vector<credential>& creds,
-                                         std::int64_t now) const;
 
     std::filesystem::path file_;
     std::function<std::int64_t()> now_ms_;

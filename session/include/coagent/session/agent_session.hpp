@@ -139,7 +139,7 @@ class agent_session : private event_sink {
                       streaming_behavior behavior, CompletionToken&& token) {
         namespace asio = boost::asio;
         return asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
-            [this](auto handler, message user, streaming_behavior b) {
+            [this](auto handler, message_ptr user, streaming_behavior b) {
                 const std::uint64_t id = next_prompt_id_++;
                 auto slot = asio::get_associated_cancellation_slot(handler);
                 std::shared_ptr<bool> pending;  // only a connected slot needs it
@@ -163,7 +163,9 @@ class agent_session : private event_sink {
                                    asio::cancellation_slot(),
                                    completion{std::move(handler), slot, std::move(pending), this}));
             },
-            token, make_user_message(std::move(text), std::move(images)), behavior);
+            token,
+            std::make_shared<const message>(make_user_message(std::move(text), std::move(images))),
+            behavior);
     }
     template <typename CompletionToken>
     auto async_prompt(std::string text, CompletionToken&& token) {
@@ -327,6 +329,12 @@ class agent_session : private event_sink {
     // the session's one loop: performs the run policy's actions until the busy period settles
     // (a prompt) or the summary request's reply is final (a compaction's summary)
     boost::asio::awaitable<void> perform(run_action a, run_state& st);
+    // perform's steps that are coroutines of their own, so that what they keep is not in the
+    // frame of a session parked in a backoff
+    boost::asio::awaitable<void> run_step(run_state& st, run_action& a);
+    boost::asio::awaitable<void> compact_step(run_action& a);
+    std::int64_t begin_backoff(const run_action& a, run_state& st);
+    run_action end_wait(run_action::kind what, bool elapsed, std::int64_t wait_from);
     boost::asio::awaitable<bool> compact_context(compaction_reason reason, std::string instructions,
                                                  bool will_continue);
     boost::asio::awaitable<message_ptr> request_summary(provider_request req);
@@ -336,11 +344,13 @@ class agent_session : private event_sink {
     void drop_failed_reply(run_state& st);  // a wait or park begins: §3.9
     run_action next_queued(run_state& st, bool prompt_over_aborted);
     void settle(bool has_result);
-    boost::asio::awaitable<prompt_result> run_prompt(message user, streaming_behavior b,
+    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user, streaming_behavior b,
                                                      std::uint64_t id);
-    boost::asio::awaitable<prompt_result> queue_while_busy(message user, streaming_behavior b,
+    boost::asio::awaitable<prompt_result> prompt_while_busy(message_ptr user, streaming_behavior b,
+                                                            std::uint64_t id);
+    boost::asio::awaitable<prompt_result> queue_while_busy(message_ptr user, streaming_behavior b,
                                                            std::uint64_t id);
-    bool join_backoff_message(message user);
+    bool join_backoff_message(message_ptr user);
     void omit_older_images();
     // a prompt whose message joined a backoff: parked until the settle, with the chain's result
     boost::asio::awaitable<prompt_result> wait_for_settle(std::uint64_t id);

@@ -6,6 +6,7 @@
 
 #include <coagent/session/limit_store.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,6 +61,23 @@ class auth_storage {
 
   protected:
     std::shared_ptr<limit_store> shared_;
+    /// What choose_credential weighs, per credential (each with `blocked_until` and
+    /// `fingerprint`): its block — its own or the shared store's, whichever ends later, never
+    /// beyond 7 days from now (clamp_block) — and its sessions in the shared pool.
+    template <class Credentials>
+    std::vector<credential_state> states_of(std::string_view provider, const Credentials& creds,
+                                            std::int64_t now) const {
+        std::vector<credential_state> out;
+        out.reserve(creds.size());
+        for (const auto& c : creds) {
+            std::int64_t b = c.blocked_until;
+            if (shared_)
+                b = std::max(b, shared_->credential_blocked_until(provider, c.fingerprint));
+            out.push_back({clamp_block(b, now),
+                           shared_ ? shared_->credential_sessions(provider, c.fingerprint) : 0});
+        }
+        return out;
+    }
     /// end_session for a map keyed provider + '\n' + session id: erases the session's entries
     /// and gives their leases back to the shared store (the caller holds its lock).
     template <class Map>
@@ -96,9 +114,6 @@ class in_memory_auth_storage final : public auth_storage {
         std::string fingerprint;
         std::int64_t blocked_until = 0;
     };
-    std::vector<credential_state> states(std::string_view provider,
-                                         const std::vector<credential>& creds,
-                                         std::int64_t now) const;
 
     std::function<std::int64_t()> now_ms_;
     mutable std::mutex mutex_;
