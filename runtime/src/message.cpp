@@ -210,6 +210,14 @@ json::object parsed_object(const std::string& text) {
 }  // namespace
 
 void append_json(std::string& out, const token_usage& u) {
+    // a reply's usage is zero until its last chunk, and every message_update carries it
+    if (u.input == 0 && u.output == 0 && u.cache_read == 0 && u.cache_write == 0 &&
+        u.total_tokens == 0 && u.cost.input == 0 && u.cost.output == 0 && u.cost.cache_read == 0 &&
+        u.cost.cache_write == 0 && u.cost.total == 0) {
+        out += R"({"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,)"
+               R"("cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}})";
+        return;
+    }
     out += R"({"input":)";
     jt::append_int(out, u.input);
     jt::field_int(out, "output", u.output);

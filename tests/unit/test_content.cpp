@@ -94,6 +94,34 @@ TEST_CASE("issue 24: image and thinking blocks read and write in the reference's
         R"({"role":"user","content":[{"type":"text","text":"look"},{"type":"image","data":"QUJD","mimeType":"image/webp"}],)"));
 }
 
+TEST_CASE("usage JSON: zero as the reference writes it, integers exact, costs as numbers",
+          "[content]") {
+    const auto json_of = [](const token_usage& u) {
+        std::string out;
+        append_json(out, u);
+        return out;
+    };
+    CHECK(json_of(token_usage{}) ==
+          R"({"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,)"
+          R"("cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}})");
+    token_usage u;
+    u.input = 9223372036854775807;
+    u.output = -5;
+    u.cache_write = 1000000;
+    CHECK(
+        json_of(u) ==
+        R"({"input":9223372036854775807,"output":-5,"cacheRead":0,"cacheWrite":1000000,)"
+        R"("totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}})");
+    token_usage c;  // a cost alone is not zero usage
+    c.cost.total = 0.5;
+    CHECK(json_of(c) ==
+          R"({"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,)"
+          R"("cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":5E-1}})");
+    // and it reads back as it was
+    const auto back = json::parse(json_of(c)).as_object();
+    CHECK(back.at("cost").as_object().at("total").to_number<double>() == 0.5);
+}
+
 TEST_CASE("issue 24: image_error names what is wrong, base64_encode is RFC 4648", "[content]") {
     CHECK_FALSE(image_error(image_block{"iVBORw0KGgo=", "image/png"}));
     CHECK_FALSE(image_error(image_block{"QUJD", "image/jpeg"}));

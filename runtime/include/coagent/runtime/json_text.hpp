@@ -7,6 +7,7 @@
 #include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #ifdef __SSE2__
@@ -102,7 +103,9 @@ inline void append_key(std::string& out, std::string_view key) {
 }
 
 inline void append_int(std::string& out, std::int64_t v) {
-    out += std::to_string(v);
+    char buf[20];  // -9223372036854775808
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
 }
 
 inline void append_bool(std::string& out, bool v) {
