@@ -115,6 +115,82 @@ if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], 'l ' .. ARGV[1]) end
 return 1
 )lua";
 
+// Park probes (§11.27, §11.37). KEYS[1] the account's claim, KEYS[2] its last outcome ("<tag>
+// <until> <at>", Redis's clock); ARGV: owner (this process), ttl (ms), age (ms: how long ago the
+// asking session parked). An outcome reported since the session parked answers it (a limit whose
+// new reset has passed no longer does); otherwise the
+// claim is taken when free (or already this process's: its expiry is renewed). Returns {"o",
+// outcome, now}, {"mine", owner, now} or {"theirs", holder, now}.
+constexpr std::string_view claim_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local o = redis.call('GET', KEYS[2])
+if o then
+  local tag, u, at = string.match(o, '^(%S+) (%d+) (%d+)$')
+  u = tonumber(u or '0') or 0
+  at = tonumber(at or '0') or 0
+  if at >= now - tonumber(ARGV[3]) and not (tag == 'l' and u <= now) then
+    return {'o', o, now}
+  end
+end
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {'mine', ARGV[1], now}
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {'mine', holder, now}
+end
+return {'theirs', holder, now}
+)lua";
+
+// A probe ended. KEYS as above; ARGV: owner, tag ("s" succeeded, "l" limited, "w" switched, "r"
+// released), the new reset's distance (ms, limited), how long the outcome is kept (ms), channel,
+// account. Frees the claim when it is the owner's, stores the outcome (not a release) dated by
+// Redis's clock and publishes "p <owner> <tag> <until> <now> <account>".
+constexpr std::string_view probe_done_script = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local untilv = 0
+if ARGV[2] == 'l' then untilv = now + tonumber(ARGV[3]) end
+local stamp = string.format('%d', untilv) .. ' ' .. string.format('%d', now)
+if ARGV[2] ~= 'r' then redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. stamp, 'PX', ARGV[4]) end
+redis.call('PUBLISH', ARGV[5], 'p ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. stamp .. ' ' .. ARGV[6])
+return 1
+)lua";
+
+// The claims of this process's probes in flight: KEYS the claims; ARGV: owner, ttl (ms).
+constexpr std::string_view claim_refresh_script = R"lua(
+for _, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[1] then redis.call('PEXPIRE', k, ARGV[2]) end
+end
+return 1
+)lua";
+
+char probe_tag(park_probe_outcome o) noexcept {
+    switch (o) {
+        case park_probe_outcome::succeeded:
+            return 's';
+        case park_probe_outcome::limited:
+            return 'l';
+        case park_probe_outcome::switched:
+            return 'w';
+        case park_probe_outcome::released:
+            break;
+    }
+    return 'r';
+}
+
+std::optional<park_probe_outcome> probe_outcome_of(std::string_view tag) noexcept {
+    if (tag == "s") return park_probe_outcome::succeeded;
+    if (tag == "l") return park_probe_outcome::limited;
+    if (tag == "w") return park_probe_outcome::switched;
+    if (tag == "r") return park_probe_outcome::released;
+    return std::nullopt;
+}
+
 // A name for this process in the leases: host, pid and 32 random bits.
 std::string process_name() {
     char host[256] = {};
@@ -198,8 +274,12 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         cooldowns_key = opts.key_prefix + "{limits}:cooldowns";
         chan = opts.key_prefix + "{limits}:events";
         leases_key = opts.key_prefix + "{limits}:leases";
+        probe_key = opts.key_prefix + "{limits}:probe:";
+        outcome_key = opts.key_prefix + "{limits}:probe-outcome:";
         me = process_name();
     }
+    std::string probe_key, outcome_key;  // + the account
+    park_probe_book probes{true};        // the park probes, shared through Redis (mutex)
     std::string leases_key, me;
     credential_leases_table own;                              // this process's sessions (mutex)
     std::map<std::string, std::int64_t, std::less<>> others;  // block key → others' sessions
@@ -210,12 +290,16 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
     redis_limit_store_options opts;
     std::string where, key, blocks_key, cooldowns_key, chan;
 
-    enum class op_kind { budget, clear, block, cooldown };
+    enum class op_kind { budget, clear, block, cooldown, claim, probe_done };
     struct op {
-        std::string provider;    // budget and clear (empty: every provider); the field otherwise
-        std::int64_t delta = 0;  // budget: thousandths; block and cooldown: the duration (ms)
-        std::int64_t max = 0;
+        std::string provider;    // budget and clear (empty: every provider); the account of a
+                                 // claim or a probe's end; the field otherwise
+        std::int64_t delta = 0;  // budget: thousandths; block and cooldown: the duration (ms);
+                                 // claim: the asking session's age; probe_done: the new reset's
+                                 // distance (ms)
+        std::int64_t max = 0;    // probe_done: how long the outcome is kept (ms)
         op_kind kind = op_kind::budget;
+        char tag = 0;  // probe_done: the outcome
     };
 
     using until_map = std::map<std::string, std::int64_t, std::less<>>;
@@ -295,6 +379,33 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         if (local <= now) return;
         auto [it, fresh] = m.emplace(std::string(field), local);
         if (!fresh) it->second = std::max(it->second, local);
+    }
+
+    // another process's probe ended ("<owner> <tag> <until> <at> <account>")
+    void learn_probe(std::string_view text) {
+        std::array<std::string_view, 4> f;
+        std::size_t pos = 0;
+        for (auto& part : f) {
+            const auto sp = text.find(' ', pos);
+            if (sp == std::string_view::npos) {
+                opts.logger->error("limits: redis: unexpected message on channel {}", chan);
+                return;
+            }
+            part = text.substr(pos, sp - pos);
+            pos = sp + 1;
+        }
+        const std::string_view account = text.substr(pos);
+        const auto outcome = probe_outcome_of(f[1]);
+        const auto until = to_int(f[2]);
+        const auto at = to_int(f[3]);
+        if (!outcome || !until || !at || account.empty()) {
+            opts.logger->error("limits: redis: unexpected message on channel {}", chan);
+            return;
+        }
+        if (f[0] == me) return;  // this process's own: its book has it
+        const std::int64_t now = wall_clock_ms();
+        std::lock_guard lock(mutex);
+        probes.on_remote_done(account, *outcome, *until == 0 ? 0 : now + (*until - *at), now);
     }
 
     void report_down(const std::string& why) {
@@ -410,6 +521,25 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
 
     // EVALSHA, EVAL when the script is not in the server's cache; false: the connection failed
     asio::awaitable<bool> apply(connection_ptr c, op o, std::string& error) {
+        if (o.kind == op_kind::claim) co_return co_await claim(c, std::move(o), error);
+        if (o.kind == op_kind::probe_done) {
+            std::vector<std::string> args{"EVAL",
+                                          std::string(probe_done_script),
+                                          "2",
+                                          probe_key + o.provider,
+                                          outcome_key + o.provider,
+                                          me,
+                                          std::string(1, o.tag),
+                                          std::to_string(o.delta),
+                                          std::to_string(o.max),
+                                          chan,
+                                          o.provider};
+            auto r = co_await command(c, std::move(args), error);
+            if (r && r->type == REDIS_REPLY_ERROR)
+                opts.logger->error("limits: redis: the probe-end script on key {}{}: {}",
+                                   outcome_key, o.provider, std::string(r->str, r->len));
+            co_return r != nullptr;
+        }
         if (o.kind == op_kind::clear) {
             std::vector<std::string> args{
                 "EVAL", std::string(clear_script), "3", key, blocks_key, cooldowns_key, o.provider,
@@ -481,6 +611,85 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
         }
         learn(o.provider, r->integer);
         co_return true;
+    }
+
+    // a park probe's claim (the claim script); the answer goes to the book
+    asio::awaitable<bool> claim(connection_ptr c, op o, std::string& error) {
+        std::vector<std::string> args{"EVAL",
+                                      std::string(claim_script),
+                                      "2",
+                                      probe_key + o.provider,
+                                      outcome_key + o.provider,
+                                      me,
+                                      std::to_string(park_claim_ttl_ms),
+                                      std::to_string(o.delta)};
+        auto r = co_await command(c, std::move(args), error);
+        park_claim_answer ans;  // failed unless the reply says otherwise
+        const bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                        r->element[0]->type == REDIS_REPLY_STRING &&
+                        r->element[1]->type == REDIS_REPLY_STRING &&
+                        r->element[2]->type == REDIS_REPLY_INTEGER;
+        if (r && !ok)
+            opts.logger->error(
+                "limits: redis: unexpected {} reply to the claim script on key {}{}{}",
+                type_name(r->type), probe_key, o.provider,
+                r->type == REDIS_REPLY_ERROR ? ": " + std::string(r->str, r->len) : std::string());
+        const std::int64_t local_now = wall_clock_ms();
+        if (ok) {
+            const std::string_view what(r->element[0]->str, r->element[0]->len);
+            const std::string_view value(r->element[1]->str, r->element[1]->len);
+            const std::int64_t redis_now = r->element[2]->integer;
+            if (what == "mine") {
+                ans.what = park_claim_answer::kind::mine;
+            } else if (what == "theirs") {
+                ans.what = park_claim_answer::kind::theirs;
+            } else if (what == "o") {  // "<tag> <until> <at>"
+                const auto s1 = value.find(' ');
+                const auto s2 = s1 == std::string_view::npos ? s1 : value.find(' ', s1 + 1);
+                const auto outcome = s1 == std::string_view::npos
+                                         ? std::nullopt
+                                         : probe_outcome_of(value.substr(0, s1));
+                const auto until = s2 == std::string_view::npos
+                                       ? std::nullopt
+                                       : to_int(value.substr(s1 + 1, s2 - s1 - 1));
+                const auto at =
+                    s2 == std::string_view::npos ? std::nullopt : to_int(value.substr(s2 + 1));
+                if (outcome && until && at) {
+                    ans.what = park_claim_answer::kind::outcome;
+                    ans.outcome = *outcome;
+                    ans.at = local_now - (redis_now - *at);
+                    ans.until = *until == 0 ? 0 : local_now + (*until - redis_now);
+                } else {
+                    opts.logger->error("limits: redis: unexpected value in key {}{}: {}",
+                                       outcome_key, o.provider, std::string(value));
+                }
+            }
+        }
+        {
+            std::lock_guard lock(mutex);
+            probes.on_claim_answer(o.provider, ans, local_now);
+        }
+        co_return r != nullptr;
+    }
+
+    // keeps the claims of this process's probes in flight from lapsing
+    asio::awaitable<bool> refresh_claims(connection_ptr c, std::string& error) {
+        std::vector<std::string> held;
+        {
+            std::lock_guard lock(mutex);
+            held = probes.held_claims();
+        }
+        if (held.empty()) co_return true;
+        std::vector<std::string> args{"EVAL", std::string(claim_refresh_script),
+                                      std::to_string(held.size())};
+        for (const auto& a : held) args.push_back(probe_key + a);
+        args.push_back(me);
+        args.push_back(std::to_string(park_claim_ttl_ms));
+        auto r = co_await command(c, std::move(args), error);
+        if (r && r->type == REDIS_REPLY_ERROR)
+            opts.logger->error("limits: redis: the claim refresh script: {}",
+                               std::string(r->str, r->len));
+        co_return r != nullptr;
     }
 
     // this process's leases, all of them (a change, or the refresh); false: the connection failed
@@ -686,8 +895,9 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
             auto next_flush = clock_type::now() + self->opts.deposit_interval;
             for (;;) {
                 const auto now = clock_type::now();
-                if (now >= next_resync) {  // with the leases' refresh
+                if (now >= next_resync) {  // with the leases' and the probes' claims' refresh
                     if (!co_await self->send_leases(c, error)) break;
+                    if (!co_await self->refresh_claims(c, error)) break;
                     if (!co_await self->resync(c, error)) break;
                     next_resync = now + self->opts.resync;
                 } else if (self->reread_soon.exchange(false)) {
@@ -770,6 +980,8 @@ struct redis_limit_store::state : std::enable_shared_from_this<state> {
                     else
                         self->opts.logger->error("limits: redis: unexpected message on channel {}",
                                                  self->chan);
+                } else if (tag == "p") {  // "p <owner> <tag> <until> <at> <account>"
+                    self->learn_probe(provider);
                 } else if (tag == "l") {  // a process's leases changed: re-read them
                     if (provider != self->me) {
                         self->reread_soon = true;
@@ -991,6 +1203,45 @@ std::int64_t redis_limit_store::credential_sessions(std::string_view provider,
     std::lock_guard lock(state_->mutex);
     const auto it = state_->others.find(k);
     return state_->own.count(k) + (it == state_->others.end() ? 0 : it->second);
+}
+
+park_wake redis_limit_store::park_probe_wake(std::string_view account, std::string_view session,
+                                             std::int64_t parked_at, std::int64_t now) {
+    park_wake w;
+    bool asked = false;
+    {
+        std::lock_guard lock(state_->mutex);
+        w = state_->probes.wake(account, session, parked_at, now);
+        for (auto& a : state_->probes.take_asks()) {
+            if (!state_->up) {  // no shared state: this process probes for itself
+                park_claim_answer mine;
+                mine.what = park_claim_answer::kind::mine;
+                state_->probes.on_claim_answer(a.account, mine, now);
+                w = state_->probes.wake(account, session, parked_at, now);
+                continue;
+            }
+            state_->queue.push_back({std::move(a.account), a.age_ms, 0, state::op_kind::claim});
+            asked = true;
+        }
+    }
+    if (asked) state_->poke();
+    return w;
+}
+
+void redis_limit_store::park_probe_done(std::string_view account, std::string_view session,
+                                        park_probe_outcome outcome, std::int64_t until,
+                                        std::int64_t now) {
+    {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->probes.done(account, session, outcome, until, now)) return;
+        const std::int64_t ahead =
+            outcome == park_probe_outcome::limited && until > now ? until - now : 0;
+        state::op o{std::string(account), ahead, ahead + park_probe_stale_ms,
+                    state::op_kind::probe_done};
+        o.tag = probe_tag(outcome);
+        state_->queue.push_back(std::move(o));
+    }
+    state_->poke();
 }
 
 std::vector<credential_lease_count> redis_limit_store::credential_leases() const {

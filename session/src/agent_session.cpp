@@ -651,6 +651,11 @@ std::optional<open_park> agent_session::open_park_in_history() const {
 }
 
 asio::awaitable<prompt_result> agent_session::resume_park() {
+    // through async_resume_park: cancelling the awaiting coroutine reaches abort(), as a prompt's
+    return async_resume_park(asio::use_awaitable);
+}
+
+asio::awaitable<prompt_result> agent_session::run_resume_park(std::uint64_t id) {
     const auto park = find_open_park(history_.entries());
     if (busy_ || compacting_ || !park) {
         prompt_result r;
@@ -659,10 +664,10 @@ asio::awaitable<prompt_result> agent_session::resume_park() {
         co_return r;
     }
     busy_ = true;
-    running_id_ = next_prompt_id_++;
+    running_id_ = id;
     abort_.reset();
     run_state st;
-    st.id = running_id_;
+    st.id = id;
     tel_prompt_start();
     drop_trailing_failed_assistant();  // it left the context when the park began (§3.9)
     st.continue_at = messages_.size();

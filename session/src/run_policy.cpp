@@ -107,6 +107,12 @@ struct run_policy::park_state {
     std::string error;
     bool parked = false;   // the park's wait is in progress
     bool probing = false;  // this session's run is the account's probe
+    // §11.37: the probe met a usage limit again; its outcome waits for the auth storage's answer
+    // (a switch to a free credential: switched, else limited until `probe_until`)
+    bool report_after_switch = false;
+    std::int64_t probe_until = 0;
+    limit_store* limits = nullptr;
+    std::string session;
 };
 
 const std::string& run_policy::limit_provider() const noexcept {
@@ -242,6 +248,14 @@ run_action run_policy::on_run_end(run_end in, const settings& s, event_sink& out
 }
 
 run_action run_policy::on_credential_switch(bool switched, const settings& s, event_sink& out) {
+    if (park_ && park_->report_after_switch) {  // §11.37: the probe's outcome is known now
+        if (park_->limits)
+            park_->limits->park_probe_done(
+                park_->account, park_->session,
+                switched ? park_probe_outcome::switched : park_probe_outcome::limited,
+                switched ? 0 : park_->probe_until, now_);
+        park_.reset();
+    }
     if (!switched && switch_->decision.start && switch_->can_fall_back && s.retry.fallback &&
         (!switch_->decision.long_wait || long_wait_falls_back(s.retry.long_wait))) {
         // §11.14: a model fallback, only while the chain goes on
@@ -380,6 +394,13 @@ void run_policy::report_probe(const run_end& in, const agent_end_decision& d, co
     } else if (d.long_wait && d.park_ms > 0 && long_wait_parks(s.retry.long_wait)) {
         outcome = park_probe_outcome::limited;
         until = sat_add(in.park.now_ms, d.park_ms);
+        if (d.usage_limit) {  // the auth storage is asked first: a switch changes the outcome
+            park_->report_after_switch = true;
+            park_->probe_until = until;
+            park_->limits = in.park.limits;
+            park_->session = std::string(in.park.session);
+            return;
+        }
     }
     if (in.park.limits)
         in.park.limits->park_probe_done(park_->account, in.park.session, outcome, until,
@@ -429,6 +450,8 @@ run_action run_policy::on_park_done(bool elapsed, bool has_queued, const park_co
     forget_fallback();
     ending_ = w.ending;
     run_action a = next_or_settle(has_queued);
+    // a park re-entered from the file ran nothing in this process: the cancel is its result
+    if (a.what == run_action::kind::settle) a.has_result = true;
     a.ended_park = run_action::park_end::cancelled;
     return a;
 }

@@ -7,8 +7,12 @@
 #include "support/session_harness.hpp"
 
 #include <coagent/retry/backoff.hpp>
+#include <coagent/session/limit_store.hpp>
 #include <coagent/session/park_probe.hpp>
 #include <coagent/session/run_policy.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -354,6 +358,166 @@ TEST_CASE("park_probe_book: one probe per account, the others wait for its outco
     SECTION("a probe that never reports is forgotten after park_probe_stale_ms") {
         CHECK(book.wake("p", "s2", t0, t0 + 100 + park_probe_stale_ms - 1).what == k::wait);
         CHECK(book.wake("p", "s2", t0, t0 + 100 + park_probe_stale_ms).what == k::probe);
+    }
+}
+
+TEST_CASE("park_probe_book shared by a fleet: one claim per account, its outcome for all",
+          "[long_wait][park_probe][spec-11]") {
+    using k = park_wake::kind;
+    using ans = park_claim_answer::kind;
+    const auto answer = [](ans what) {
+        park_claim_answer a;
+        a.what = what;
+        return a;
+    };
+    park_probe_book a(true);  // two processes sharing a store, parked at t0 on account "p"
+    park_probe_book b(true);
+    // a1 wakes first: its process asks for the claim; no session probes before the answer
+    CHECK(a.wake("p", "a1", t0, t0 + 100).what == k::wait);
+    auto asks = a.take_asks();
+    REQUIRE(asks.size() == 1);
+    CHECK(asks[0].account == "p");
+    CHECK(asks[0].age_ms == 100);
+    CHECK(a.wake("p", "a2", t0, t0 + 150).what == k::wait);
+    CHECK(a.take_asks().empty());  // one ask at a time per account
+    CHECK(b.wake("p", "b1", t0, t0 + 120).what == k::wait);
+    CHECK(b.take_asks().size() == 1);
+    a.on_claim_answer("p", answer(ans::mine), t0 + 110);
+    b.on_claim_answer("p", answer(ans::theirs), t0 + 130);
+    // the holder's next session to look probes; everyone else waits
+    CHECK(a.wake("p", "a2", t0, t0 + 1150).what == k::probe);
+    CHECK(a.held_claims() == strings{"p"});
+    CHECK(a.wake("p", "a1", t0, t0 + 1100).what == k::wait);
+    CHECK(a.take_asks().empty());
+    CHECK(b.wake("p", "b1", t0, t0 + 1129).what == k::wait);
+    CHECK(b.take_asks().empty());  // not before park_probe_poll_ms
+    CHECK(b.wake("p", "b1", t0, t0 + 1130).what == k::wait);
+    CHECK(b.take_asks().size() == 1);  // a claim held elsewhere is asked again each poll
+    b.on_claim_answer("p", answer(ans::theirs), t0 + 1135);
+    CHECK(b.wake("p", "b1", t0, t0 + 1500).what == k::wait);
+    CHECK(b.take_asks().empty());  // not before park_probe_poll_ms
+    SECTION("the probe succeeds: every waiter of every process goes") {
+        CHECK(a.done("p", "a2", park_probe_outcome::succeeded, 0, t0 + 2000));  // to publish
+        CHECK(a.held_claims().empty());
+        CHECK(a.wake("p", "a1", t0, t0 + 2100).what == k::go);
+        b.on_remote_done("p", park_probe_outcome::succeeded, 0, t0 + 2000);
+        CHECK(b.wake("p", "b1", t0, t0 + 2120).what == k::go);
+        CHECK(b.take_asks().empty());
+    }
+    SECTION("the same limit again: all repark until the new reset") {
+        CHECK(a.done("p", "a2", park_probe_outcome::limited, t0 + two_hours, t0 + 2000));
+        CHECK(a.wake("p", "a1", t0, t0 + 2100).what == k::repark);
+        b.on_remote_done("p", park_probe_outcome::limited, t0 + two_hours, t0 + 2000);
+        const park_wake w = b.wake("p", "b1", t0, t0 + 2120);
+        CHECK(w.what == k::repark);
+        CHECK(w.until == t0 + two_hours);
+    }
+    SECTION("switched to a free credential: the waiters continue") {
+        CHECK(a.done("p", "a2", park_probe_outcome::switched, 0, t0 + 2000));
+        CHECK(a.wake("p", "a1", t0, t0 + 2100).what == k::go);
+        b.on_remote_done("p", park_probe_outcome::switched, 0, t0 + 2000);
+        CHECK(b.wake("p", "b1", t0, t0 + 2120).what == k::go);
+    }
+    SECTION("released: the claim is free, the next to look asks at once") {
+        CHECK(a.done("p", "a2", park_probe_outcome::released, 0, t0 + 2000));
+        b.on_remote_done("p", park_probe_outcome::released, 0, t0 + 2000);
+        CHECK(b.wake("p", "b1", t0, t0 + 2010).what == k::wait);
+        CHECK(b.take_asks().size() == 1);
+        b.on_claim_answer("p", answer(ans::mine), t0 + 2020);
+        CHECK(b.wake("p", "b1", t0, t0 + 3010).what == k::probe);
+    }
+    SECTION("the holder died: the shared state gives the lapsed claim to a waiter") {
+        CHECK(b.wake("p", "b1", t0, t0 + 2135).what == k::wait);
+        CHECK(b.take_asks().size() == 1);
+        b.on_claim_answer("p", answer(ans::mine), t0 + 2140);
+        CHECK(b.wake("p", "b1", t0, t0 + 3135).what == k::probe);
+    }
+    SECTION("a late reader: an outcome already stored answers the ask") {
+        park_claim_answer o = answer(ans::outcome);
+        o.outcome = park_probe_outcome::succeeded;
+        o.at = t0 + 1600;
+        b.on_claim_answer("p", o, t0 + 1700);
+        CHECK(b.wake("p", "b1", t0, t0 + 2125).what == k::go);
+    }
+    SECTION("a report of a session that is not the prober publishes nothing") {
+        CHECK_FALSE(a.done("p", "a1", park_probe_outcome::released, 0, t0 + 2000));
+        CHECK(a.held_claims() == strings{"p"});
+    }
+}
+
+TEST_CASE("park_probe_book shared: a claim nobody took lapses, an unanswered ask is asked again",
+          "[long_wait][park_probe][spec-11]") {
+    using k = park_wake::kind;
+    park_probe_book a(true);
+    CHECK(a.wake("p", "a1", t0, t0).what == k::wait);
+    CHECK(a.take_asks().size() == 1);
+    SECTION("no answer within park_claim_ttl_ms: asked again") {
+        CHECK(a.wake("p", "a1", t0, t0 + park_claim_ttl_ms - 1).what == k::wait);
+        CHECK(a.take_asks().empty());
+        CHECK(a.wake("p", "a1", t0, t0 + park_claim_ttl_ms).what == k::wait);
+        CHECK(a.take_asks().size() == 1);
+    }
+    SECTION("the answer failed (the shared state is unreachable): asked again at the next look") {
+        park_claim_answer f;
+        f.what = park_claim_answer::kind::failed;
+        a.on_claim_answer("p", f, t0 + 10);
+        CHECK(a.wake("p", "a1", t0, t0 + 1000).what == k::wait);
+        CHECK(a.take_asks().size() == 1);
+    }
+    SECTION("a claim granted that no session took within park_claim_ttl_ms is not used") {
+        park_claim_answer m;
+        m.what = park_claim_answer::kind::mine;
+        a.on_claim_answer("p", m, t0 + 10);
+        CHECK(a.held_claims().empty());  // not refreshed: no probe in flight
+        CHECK(a.wake("p", "a1", t0, t0 + 10 + park_claim_ttl_ms).what == k::wait);
+        CHECK(a.take_asks().size() == 1);
+    }
+    SECTION("a book that is not shared never asks") {
+        park_probe_book local;
+        CHECK(local.wake("p", "s1", t0, t0).what == k::probe);
+        CHECK(local.take_asks().empty());
+        CHECK_FALSE(local.done("p", "s1", park_probe_outcome::succeeded, 0, t0 + 1));
+    }
+}
+
+TEST_CASE("a probe that a credential switch resolves reports switched: the waiters continue",
+          "[long_wait][run_policy][park_probe][spec-11]") {
+    const settings s = long_wait_settings(long_wait_policy::park, false);
+    local_limit_store store;
+    run_policy p;
+    p.set_random([] { return 0.0; });
+    recorder out;
+    p.begin_prompt();
+    // the usage limit parks: no other credential is free
+    run_action a = drive(
+        p, ended(failed("429 usage"), error_kind::usage_limit, limit_kind::quota, two_hours, false),
+        s, out, false);
+    REQUIRE(a.what == kind::park);
+    // s2, parked at the same time, wakes after s1 took the probe
+    a = p.on_park_done(true, false, park_context{&store, "s1", t0 + two_hours}, out);
+    REQUIRE(a.what == kind::run);
+    CHECK(store.park_probe_wake("p", "s2", t0, t0 + two_hours + 1).what == park_wake::kind::wait);
+    out.take();
+    // the probe meets the limit again on its credential
+    run_end again =
+        ended(failed("429 usage"), error_kind::usage_limit, limit_kind::quota, two_hours, false);
+    again.park = park_context{&store, "s1", t0 + two_hours + 100};
+    p.on_reply_end(*again.last, out);
+    a = p.on_run_end(std::move(again), s, out);
+    REQUIRE(a.what == kind::switch_credential);
+    SECTION("the pool had a free credential: switched, the waiters go") {
+        a = p.on_credential_switch(true, s, out);
+        CHECK(a.what == kind::wait);
+        CHECK(a.delay_ms == 0);
+        CHECK(store.park_probe_wake("p", "s2", t0, t0 + two_hours + 200).what ==
+              park_wake::kind::go);
+    }
+    SECTION("no credential free: limited, the waiters repark until the new reset") {
+        a = p.on_credential_switch(false, s, out);
+        CHECK(a.what == kind::park);
+        const park_wake w = store.park_probe_wake("p", "s2", t0, t0 + two_hours + 200);
+        CHECK(w.what == park_wake::kind::repark);
+        CHECK(w.until == t0 + two_hours + 100 + two_hours);
     }
 }
 
@@ -703,4 +867,53 @@ TEST_CASE("parked sessions sharing a store: the first to wake probes, the others
         CHECK(f.sessions[1]->retry_attempt() == 1);  // no attempt was made
         CHECK(f.sessions[0]->retry_attempt() == 2);
     }
+}
+
+TEST_CASE("a resumed park is cancelled like a live one: abort_retry, abort, its slot",
+          "[long_wait][session][spec-11]") {
+    temp_dir dir;
+    fs::path copy = dir.path / "copy";
+    fs::create_directories(copy);
+    {
+        harness a(std::string("[") + quota_error + "]", park_settings(),
+                  [&](session_options& o) { o.session_dir = dir.path; });
+        a.prompt("hi");
+        REQUIRE(a.session->parked_until());
+        fs::copy_file(*a.session->history().file(), copy / "parked.jsonl");
+    }
+    harness b(R"([{"text":"back"}])", park_settings(), [&](session_options& o) {
+        o.resume_file = copy / "parked.jsonl";
+        o.now_ms = [] { return t0 + 1000; };
+    });
+    // abort_retry(), abort(), or a terminal cancellation of the awaiting coroutine
+    const int how = GENERATE(0, 1, 2);
+    const bool user_abort = how != 0;
+    std::optional<prompt_result> r;
+    asio::cancellation_signal cancel;
+    asio::co_spawn(
+        b.io, b.session->resume_park(),
+        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, prompt_result x) {
+            if (e) std::rethrow_exception(e);
+            r = std::move(x);
+        }));
+    b.run_ready();
+    REQUIRE(b.session->parked_until());
+    if (how == 0) b.session->abort_retry();
+    if (how == 1) b.session->abort();
+    if (how == 2) cancel.emit(asio::cancellation_type::terminal);
+    b.run_ready();
+    REQUIRE(r);
+    CHECK(r->outcome ==
+          (user_abort ? prompt_result::status::aborted : prompt_result::status::failed));
+    CHECK(r->error == "Retry cancelled");
+    CHECK(brief(b.events) == strings{"retry_parked", "auto_retry_end{fail,1}", "agent_settled"});
+    CHECK(b.of("auto_retry_end")[0].at("finalError") == "Retry cancelled");
+    const strings entries = park_entries(b.session->history());
+    REQUIRE(entries.size() == 4);  // the first park, its re-entry, the chain's end, the park's end
+    CHECK(entries[2] == "retry_end{fail}");
+    CHECK(entries[3] == "retry_park_end{cancelled}");
+    CHECK(b.requests().empty());
+    CHECK_FALSE(b.session->parked_until());
+    CHECK_FALSE(b.session->is_busy());
+    CHECK_FALSE(b.session->open_park_in_history());
 }

@@ -2189,6 +2189,21 @@ TEST_CASE(
           esc_action::abort);  // the kept handler is back, the turn can be aborted
 }
 
+TEST_CASE("tui: Esc cancels a park re-entered from the session file like a live one (issue 20)",
+          "[tui][park]") {
+    ::setenv("TZ", "UTC", 1);
+    ::tzset();
+    const std::int64_t wall0 = 1'796'140'620'000;
+    driver d;
+    d.c.set_wall_clock([&] { return wall0; });
+    d.ev(retry_parked_event{wall0 + 90'000, limit_kind::quota, "429 usage limit"});
+    CHECK(d.c.on_escape().type == tui_command::kind::abort_retry);
+    d.retry_end(false, 1, "Retry cancelled");
+    CHECK(d.lines(kind::error) ==
+          std::vector<std::string>{"Retry failed after 1 attempts: Retry cancelled"});
+    CHECK(d.c.loader_text().find("Usage limit") == std::string::npos);
+}
+
 TEST_CASE("print mode: one line when a prompt parks (issue 20)", "[park][wait]") {
     ::setenv("TZ", "UTC", 1);
     ::tzset();

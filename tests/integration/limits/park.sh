@@ -9,6 +9,7 @@
 #     no retry_park_end); `coagent --continue -p` then re-enters it (one line when parking, one
 #     when resuming) and runs its message after it.
 #  3. SIGTERM while `coagent -p` is parked: exit 143, the park stays open.
+#  4. `coagent --mode rpc --continue` re-enters that park; abort_retry cancels it as a live one.
 # Usage: park.sh <path to coagent> <path to coagent-fakellm>
 set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
@@ -149,6 +150,25 @@ file=$(find "$COAGENT_DIR" -name '*.jsonl' | head -1)
 check "SIGTERM leaves the park open" test "$(count "$file" '"retry_park_end"')" = 0
 check "SIGTERM writes no retry_end" test "$(count "$file" '"retry_end"')" = 0
 check "SIGTERM: no failure line" test "$(count "$work/err5.txt" 'Retry failed')" = 0
+
+# ---- 4. abort_retry cancels a park re-entered by --continue (§11.39) ----------------------------
+mkfifo "$work/in6"
+"$COAGENT" "${model[@]}" --mode rpc --continue <"$work/in6" >"$work/ev6.jsonl" 2>"$work/err6.txt" &
+rpc_pid=$!
+exec 4>"$work/in6"
+check "--continue re-enters the park left by SIGTERM" wait_for "$work/ev6.jsonl" '"type":"retry_parked"' 10
+echo '{"id":"a","type":"abort_retry"}' >&4
+check "abort_retry: the re-entered park settles" wait_for "$work/ev6.jsonl" '"type":"agent_settled"' 10
+check "abort_retry on a re-entered park: the events of a cancelled live park" \
+  test "$(types "$work/ev6.jsonl")" = "ready retry_parked response auto_retry_end agent_settled "
+check "abort_retry: Retry cancelled" \
+  test "$(jq -c 'select(.type=="auto_retry_end") | [.success, .finalError]' "$work/ev6.jsonl")" = '[false,"Retry cancelled"]'
+check "abort_retry: the park is closed cancelled" \
+  test "$(jq -r 'select(.type=="retry_park_end") | .outcome' "$file")" = cancelled
+check "abort_retry: no request sent" test "$(requests)" = 6
+exec 4>&-
+wait "$rpc_pid"; code=$?; rpc_pid=""
+check "exit 0 at EOF after the cancel ($code)" test "$code" = 0
 
 echo "park: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then

@@ -67,6 +67,14 @@ class redis_limit_store final : public limit_store {
     std::int64_t credential_sessions(std::string_view provider,
                                      std::string_view fingerprint) const override;
     std::vector<credential_lease_count> credential_leases() const override;
+    /// Park probes shared by the fleet (§11.27, §11.37): the book decides from its copy at once;
+    /// a claim it asks for is taken in Redis in the background (its answer comes to the book
+    /// before the session's next look, park_probe_poll_ms later), an outcome is stored and
+    /// published. While Redis is unreachable each process probes for itself.
+    park_wake park_probe_wake(std::string_view account, std::string_view session,
+                              std::int64_t parked_at, std::int64_t now) override;
+    void park_probe_done(std::string_view account, std::string_view session,
+                         park_probe_outcome outcome, std::int64_t until, std::int64_t now) override;
     void clear(std::optional<std::string_view> provider) override;
     std::string_view kind() const noexcept override { return "redis"; }
     bool connected() const noexcept override;

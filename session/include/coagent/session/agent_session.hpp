@@ -142,19 +142,7 @@ class agent_session : private event_sink {
             [this](auto handler, message_ptr user, streaming_behavior b) {
                 const std::uint64_t id = next_prompt_id_++;
                 auto slot = asio::get_associated_cancellation_slot(handler);
-                std::shared_ptr<bool> pending;  // only a connected slot needs it
-                if (slot.is_connected()) {
-                    pending = std::make_shared<bool>(true);
-                    slot.assign([this, pending, id](asio::cancellation_type type) {
-                        if ((type & (asio::cancellation_type::terminal |
-                                     asio::cancellation_type::partial)) ==
-                            asio::cancellation_type::none)
-                            return;
-                        asio::post(executor_, [this, pending, id] {
-                            if (*pending) cancel_prompt(id);
-                        });
-                    });
-                }
+                std::shared_ptr<bool> pending = bind_prompt_slot(slot, id);
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
                 using completion = prompt_completion<decltype(handler)>;
@@ -213,9 +201,32 @@ class agent_session : private event_sink {
     /// period begins parked (retry_parked again), wakes at the park's `until` (plus the spread)
     /// and continues the turn as a prompt does (agent_start … agent_settled); completes with its
     /// result, on the session's executor. Completes at once with status refused when the
-    /// session is busy or has no open park. Cancelled like a backoff (abort_retry(), abort());
-    /// retry_now() and a joining prompt end the park at once. The session must outlive it.
+    /// session is busy or has no open park. Cancelled like a backoff (abort_retry(), abort():
+    /// status failed / aborted, "Retry cancelled"); retry_now() and a joining prompt end the park
+    /// at once. The same as async_resume_park(use_awaitable): cancelling the awaiting coroutine
+    /// aborts it as it aborts a prompt. The session must outlive it.
     boost::asio::awaitable<prompt_result> resume_park();
+    /// resume_park() for any Asio completion token; signature void(std::exception_ptr,
+    /// prompt_result). Cancellation through a slot bound to the token is the prompt's
+    /// (async_prompt): terminal and partial call abort() on the session's executor, the park ends
+    /// cancelled (auto_retry_end "Retry cancelled", retry_park_end cancelled) and the operation
+    /// completes with status aborted; total is not honoured.
+    template <typename CompletionToken>
+    auto async_resume_park(CompletionToken&& token) {
+        namespace asio = boost::asio;
+        return asio::async_initiate<CompletionToken, void(std::exception_ptr, prompt_result)>(
+            [this](auto handler) {
+                const std::uint64_t id = next_prompt_id_++;
+                auto slot = asio::get_associated_cancellation_slot(handler);
+                std::shared_ptr<bool> pending = bind_prompt_slot(slot, id);
+                using completion = prompt_completion<decltype(handler)>;
+                asio::co_spawn(executor_, run_resume_park(id),
+                               asio::bind_cancellation_slot(
+                                   asio::cancellation_slot(),
+                                   completion{std::move(handler), slot, std::move(pending), this}));
+            },
+            token);
+    }
     /// join_backoff() would succeed now.
     bool can_join_backoff() const noexcept { return policy_.backoff_running(); }
 
@@ -296,6 +307,24 @@ class agent_session : private event_sink {
   private:
     // async_prompt's completion handler: it reports through the handler's associated executor
     // (default: the session's), computed when asked rather than stored in co_spawn's frame
+    // a connected slot of prompt `id`'s completion: terminal and partial cancel it
+    // (cancel_prompt, posted); returns the flag its completion clears (null: no slot)
+    std::shared_ptr<bool> bind_prompt_slot(boost::asio::cancellation_slot& slot, std::uint64_t id) {
+        namespace asio = boost::asio;
+        if (!slot.is_connected()) return nullptr;
+        auto pending = std::make_shared<bool>(true);
+        slot.assign([this, pending, id](asio::cancellation_type type) {
+            if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
+                asio::cancellation_type::none)
+                return;
+            asio::post(executor_, [this, pending, id] {
+                if (*pending) cancel_prompt(id);
+            });
+        });
+        return pending;
+    }
+    boost::asio::awaitable<prompt_result> run_resume_park(std::uint64_t id);
+
     template <typename Handler>
     struct prompt_completion {
         Handler h;
