@@ -1,5 +1,6 @@
-// coagent-fakellm: a scripted fake LLM server on 127.0.0.1 speaking the OpenAI chat-completions
-// and Anthropic Messages streaming APIs, for tests and demos of the retry policy (docs/fakellm.md).
+// coagent-fakellm: a scripted fake LLM server on 127.0.0.1 speaking the OpenAI chat-completions,
+// OpenAI Responses and Anthropic Messages streaming APIs, for tests and demos of the retry policy
+// (docs/fakellm.md).
 
 #include <coagent/providers/fakellm.hpp>
 
@@ -14,8 +15,8 @@
 
 int main(int argc, char** argv) {
     CLI::App app{
-        "coagent-fakellm — a scripted fake LLM server (OpenAI chat-completions and Anthropic "
-        "Messages, streamed) on 127.0.0.1",
+        "coagent-fakellm — a scripted fake LLM server (OpenAI chat-completions, OpenAI Responses "
+        "and Anthropic Messages, streamed) on 127.0.0.1",
         "coagent-fakellm"};
     app.set_version_flag("--version", std::string("coagent-fakellm ") + COAGENT_VERSION);
     app.footer(

@@ -1,5 +1,6 @@
 // Fuzz target: an HTTP response body as coagent reads it from a provider — the SSE stream
-// through the parser into both stream decoders (OpenAI chat completions, Anthropic Messages),
+// through the parser into the three stream decoders (OpenAI chat completions, OpenAI Responses,
+// Anthropic Messages),
 // and the same bytes as an error body, as response headers (retry hints) and as an HTTP-date.
 // Invariants: a decoder ends in done or error; an error has a text and stopReason "error"; a
 // done reply has a success stop reason; the message serialises to strict JSON that reads back
@@ -95,6 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const std::size_t max_reply : {hp::default_max_reply_bytes, std::size_t{1024}}) {
         decode(text, hp::api_kind::openai_completions, max_reply);
         decode(text, hp::api_kind::anthropic_messages, max_reply);
+        decode(text, hp::api_kind::openai_responses, max_reply);
     }
 
     // an error body

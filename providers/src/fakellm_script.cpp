@@ -1,4 +1,5 @@
-// coagent-fakellm, the sans-io half: script parsing, chunking and the SSE payloads of both APIs.
+// coagent-fakellm, the sans-io half: script parsing, chunking and the SSE payloads of the three
+// APIs.
 
 #include <coagent/providers/fakellm.hpp>
 
@@ -354,6 +355,7 @@ api api_of_path(std::string_view target) noexcept {
     while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
     if (target.ends_with("/chat/completions")) return api::openai;
     if (target.ends_with("/messages")) return api::anthropic;
+    if (target.ends_with("/responses")) return api::responses;
     return api::unknown;
 }
 
@@ -363,6 +365,7 @@ json::object to_json(const request_record& r) {
     o["path"] = r.path;
     o["api"] = r.kind == api::openai      ? "openai-completions"
                : r.kind == api::anthropic ? "anthropic-messages"
+               : r.kind == api::responses ? "openai-responses"
                                           : "unknown";
     o["authorization"] = !r.authorization.empty();
     o["x-api-key"] = !r.x_api_key.empty();
@@ -475,6 +478,161 @@ void fill_chunks(const std::string& tmpl, const std::vector<std::string>& pieces
     }
 }
 
+// {"type":<type>,…fields}: one event of the Responses API, its type also in `event:`
+std::string responses_event(std::string_view type, json::object fields) {
+    json::object ev;
+    ev["type"] = type;
+    for (auto& kv : fields) ev[kv.key()] = std::move(kv.value());
+    return event_block(type, ev);
+}
+
+// The Responses API stream: response.created, a reasoning item (thinking), then one output
+// item (the text message or the function call) whose deltas are the chunks, then
+// response.completed with the usage (or an `error` event for sseError).
+stream_plan responses_plan(const step& s, const std::string& model, const usage_numbers& u,
+                           const std::vector<std::string>& pieces, const std::string& tool_json,
+                           const std::string& n) {
+    stream_plan p;
+    const bool tool = s.type == step::kind::tool_call;
+    const std::string response_id = "resp_fakellm_" + n;
+    const auto response = [&](std::string_view status) {
+        json::object r;
+        r["id"] = response_id;
+        r["object"] = "response";
+        r["created_at"] = 1700000000;
+        r["status"] = status;
+        r["model"] = model;
+        r["output"] = json::array();
+        return r;
+    };
+    p.head.push_back(responses_event("response.created", {{"response", response("in_progress")}}));
+    int output_index = 0;
+    if (s.thinking || s.redacted_thinking) {
+        const std::string id = "rs_fakellm_" + n;
+        json::object item;
+        item["id"] = id;
+        item["type"] = "reasoning";
+        item["summary"] = json::array();
+        p.head.push_back(responses_event("response.output_item.added",
+                                         {{"output_index", output_index}, {"item", item}}));
+        json::array summary;
+        if (s.thinking) {
+            json::object part;
+            part["type"] = "summary_text";
+            part["text"] = "";
+            p.head.push_back(responses_event("response.reasoning_summary_part.added",
+                                             {{"item_id", id},
+                                              {"output_index", output_index},
+                                              {"summary_index", 0},
+                                              {"part", part}}));
+            for (const auto& piece : split_chunks(*s.thinking, std::nullopt))
+                p.head.push_back(responses_event("response.reasoning_summary_text.delta",
+                                                 {{"item_id", id},
+                                                  {"output_index", output_index},
+                                                  {"summary_index", 0},
+                                                  {"delta", piece}}));
+            p.head.push_back(responses_event("response.reasoning_summary_text.done",
+                                             {{"item_id", id},
+                                              {"output_index", output_index},
+                                              {"summary_index", 0},
+                                              {"text", *s.thinking}}));
+            part["text"] = *s.thinking;
+            p.head.push_back(responses_event("response.reasoning_summary_part.done",
+                                             {{"item_id", id},
+                                              {"output_index", output_index},
+                                              {"summary_index", 0},
+                                              {"part", part}}));
+            summary.push_back(std::move(part));
+        }
+        item["summary"] = std::move(summary);
+        item["encrypted_content"] =
+            s.redacted_thinking ? *s.redacted_thinking
+                                : (s.signature.empty() ? "fakellm-encrypted-" + n : s.signature);
+        p.head.push_back(responses_event("response.output_item.done",
+                                         {{"output_index", output_index}, {"item", item}}));
+        ++output_index;
+    }
+    const std::string item_id = (tool ? "fc_fakellm_" : "msg_fakellm_") + n;
+    json::object item;
+    item["id"] = item_id;
+    if (tool) {
+        item["type"] = "function_call";
+        item["status"] = "in_progress";
+        item["arguments"] = "";
+        item["call_id"] = "call_fakellm_" + n;
+        item["name"] = s.tool_name;
+    } else {
+        item["type"] = "message";
+        item["status"] = "in_progress";
+        item["content"] = json::array();
+        item["role"] = "assistant";
+    }
+    p.head.push_back(responses_event("response.output_item.added",
+                                     {{"output_index", output_index}, {"item", item}}));
+    json::object part;
+    part["type"] = "output_text";
+    part["annotations"] = json::array();
+    part["text"] = "";
+    if (!tool)
+        p.head.push_back(
+            responses_event("response.content_part.added", {{"item_id", item_id},
+                                                            {"output_index", output_index},
+                                                            {"content_index", 0},
+                                                            {"part", part}}));
+    {
+        json::object ev;
+        ev["type"] = tool ? "response.function_call_arguments.delta" : "response.output_text.delta";
+        ev["item_id"] = item_id;
+        ev["output_index"] = output_index;
+        if (!tool) ev["content_index"] = 0;
+        ev["delta"] = piece_marker;
+        fill_chunks(event_block(ev["type"].get_string(), ev), pieces, p.chunks);
+    }
+    if (s.type == step::kind::sse_error) {
+        p.tail.push_back(responses_event(
+            "error", {{"code", s.error_type}, {"message", s.error_message}, {"param", nullptr}}));
+        return p;
+    }
+    if (tool) {
+        p.tail.push_back(responses_event(
+            "response.function_call_arguments.done",
+            {{"item_id", item_id}, {"output_index", output_index}, {"arguments", tool_json}}));
+        item["arguments"] = tool_json;
+    } else {
+        p.tail.push_back(
+            responses_event("response.output_text.done", {{"item_id", item_id},
+                                                          {"output_index", output_index},
+                                                          {"content_index", 0},
+                                                          {"text", s.text}}));
+        part["text"] = s.text;
+        p.tail.push_back(
+            responses_event("response.content_part.done", {{"item_id", item_id},
+                                                           {"output_index", output_index},
+                                                           {"content_index", 0},
+                                                           {"part", part}}));
+        json::array content;
+        content.push_back(std::move(part));
+        item["content"] = std::move(content);
+    }
+    item["status"] = "completed";
+    p.tail.push_back(responses_event("response.output_item.done",
+                                     {{"output_index", output_index}, {"item", item}}));
+    json::object r = response("completed");
+    json::object usage;
+    usage["input_tokens"] = u.input + u.cache_read;
+    json::object in_details;
+    in_details["cached_tokens"] = u.cache_read;
+    usage["input_tokens_details"] = std::move(in_details);
+    usage["output_tokens"] = u.output;
+    json::object out_details;
+    out_details["reasoning_tokens"] = 0;
+    usage["output_tokens_details"] = std::move(out_details);
+    usage["total_tokens"] = u.input + u.cache_read + u.output;
+    r["usage"] = std::move(usage);
+    p.tail.push_back(responses_event("response.completed", {{"response", std::move(r)}}));
+    return p;
+}
+
 }  // namespace
 
 stream_plan plan_stream(const step& s, api kind, const std::string& model,
@@ -487,6 +645,7 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
     const usage_numbers u = usage_of(s, input_tokens, tool ? tool_json.size() : s.text.size());
     const std::string n = std::to_string(call_number);
 
+    if (kind == api::responses) return responses_plan(s, model, u, pieces, tool_json, n);
     if (kind == api::openai) {
         const std::string id = "chatcmpl-fakellm-" + n;
         {
@@ -512,6 +671,15 @@ stream_plan plan_stream(const step& s, api kind, const std::string& model,
             c["choices"] = openai_choice(std::move(delta), nullptr);
             p.head.push_back(data_line(c));
         }
+        // thinking: the reasoning_content deltas of compatible servers (llama.cpp, vLLM)
+        if (s.thinking)
+            for (const auto& piece : split_chunks(*s.thinking, std::nullopt)) {
+                json::object delta;
+                delta["reasoning_content"] = piece;
+                auto c = openai_chunk(id, model);
+                c["choices"] = openai_choice(std::move(delta), nullptr);
+                p.head.push_back(data_line(c));
+            }
         {
             json::object delta;
             if (tool) {

@@ -175,9 +175,9 @@ std::string first_text(const json::object& m) {
 
 // Counts the image and thinking blocks of a request message into `r`: Anthropic `image` and
 // `thinking` / `redacted_thinking` blocks (also images inside a tool_result's content), OpenAI
-// `image_url` parts.
-void count_blocks(const json::object& m, request_record& r) {
-    const auto* c = m.if_contains("content");
+// `image_url` parts, Responses `input_image` parts (also in a function_call_output's output).
+void count_blocks(const json::object& m, request_record& r, std::string_view key = "content") {
+    const auto* c = m.if_contains(key);
     if (!c || !c->is_array()) return;
     for (const auto& b : c->get_array()) {
         const auto* bo = b.if_object();
@@ -185,7 +185,7 @@ void count_blocks(const json::object& m, request_record& r) {
         const auto* t = bo->if_contains("type");
         if (!t || !t->is_string()) continue;
         const auto type = t->get_string();
-        if (type == "image" || type == "image_url") ++r.images;
+        if (type == "image" || type == "image_url" || type == "input_image") ++r.images;
         if (type == "thinking" || type == "redacted_thinking") ++r.thinking;
         if (type == "tool_result") count_blocks(*bo, r);
     }
@@ -217,6 +217,24 @@ std::string inspect(const http::request<http::string_body>& req, request_record&
                     r.conversation = first_text(m.get_object());
                 count_blocks(m.get_object(), r);
             }
+    // the Responses API: `input` items, messages (with a role) and typed items
+    if (const auto* in = o.if_contains("input"); in && in->is_array())
+        for (const auto& item : in->get_array()) {
+            const auto* io = item.if_object();
+            if (!io) continue;
+            const auto* role = io->if_contains("role");
+            const auto* type = io->if_contains("type");
+            if (role && role->is_string()) {
+                r.roles.emplace_back(role->get_string());
+                if (r.conversation.empty() && role->get_string() == "user")
+                    r.conversation = first_text(*io);
+                count_blocks(*io, r);
+            } else if (type && type->is_string()) {
+                r.roles.emplace_back(type->get_string());
+                if (type->get_string() == "reasoning") ++r.thinking;
+                if (type->get_string() == "function_call_output") count_blocks(*io, r, "output");
+            }
+        }
     return {};
 }
 
@@ -257,7 +275,8 @@ asio::awaitable<bool> answer(impl_ptr self, std::shared_ptr<connection> c, Strea
         self->record(rec);
         auto res = json_error(404, version, keep,
                               "fakellm: no such endpoint: " + std::string(req.method_string()) +
-                                  " " + rec.path + " (POST .../chat/completions or .../messages)");
+                                  " " + rec.path +
+                                  " (POST .../chat/completions, .../messages or .../responses)");
         co_return co_await write_response(stream, res) && keep;
     }
     if (!bad_body.empty()) {

@@ -180,10 +180,16 @@ class anthropic_decoder final : public stream_decoder {
 // whether block `b` of a message goes to the API: thinking only in assistant messages (an
 // unsigned one, an aborted stream's, as text, as the reference does), images only in user
 // messages, no empty text (the API rejects empty text blocks)
-bool sent(const content_block& b, bool assistant) {
+// thinking from another API (its signature means nothing here) is sent as text, redacted
+// thinking from it not at all (the reference's transformMessages)
+bool foreign(const message& m) {
+    return !m.api.empty() && m.api != "anthropic-messages";
+}
+
+bool sent(const content_block& b, bool assistant, bool from_other_api = false) {
     if (const auto* t = std::get_if<text_block>(&b)) return !t->text.empty();
     if (const auto* th = std::get_if<thinking_block>(&b))
-        return assistant && (th->redacted || !trim(th->thinking).empty());
+        return assistant && (th->redacted ? !from_other_api : !trim(th->thinking).empty());
     if (std::holds_alternative<image_block>(b)) return !assistant;
     return true;  // a tool call
 }
@@ -192,7 +198,7 @@ bool sent(const content_block& b, bool assistant) {
 bool has_blocks(const message& m) {
     const bool assistant = m.role == message_role::assistant;
     for (const auto& b : m.content)
-        if (sent(b, assistant)) return true;
+        if (sent(b, assistant, foreign(m))) return true;
     return false;
 }
 
@@ -236,8 +242,9 @@ void message_object(std::string& out, const message& m) {
     const bool assistant = m.role == message_role::assistant;
     out += assistant ? "{\"role\":\"assistant\",\"content\":[" : "{\"role\":\"user\",\"content\":[";
     bool first_block = true;
+    const bool other_api = foreign(m);
     for (const auto& b : m.content) {
-        if (!sent(b, assistant)) continue;
+        if (!sent(b, assistant, other_api)) continue;
         if (!first_block) out.push_back(',');
         first_block = false;
         if (const auto* t = std::get_if<text_block>(&b)) {
@@ -248,10 +255,10 @@ void message_object(std::string& out, const message& m) {
             anthropic_image(out, *im);
         } else if (const auto* th = std::get_if<thinking_block>(&b)) {
             // the signature (or a redacted block's payload) byte for byte, as received
-            if (th->redacted) {
+            if (th->redacted && !other_api) {
                 out += R"({"type":"redacted_thinking","data":)";
                 jt::append_string(out, th->signature.value_or(""));
-            } else if (th->signature && !trim(*th->signature).empty()) {
+            } else if (!other_api && th->signature && !trim(*th->signature).empty()) {
                 out += R"({"type":"thinking","thinking":)";
                 jt::append_string(out, th->thinking);
                 out += R"(,"signature":)";
@@ -335,7 +342,7 @@ std::string anthropic_body(const provider_request& req) {
         out += "]}";
         in_results = false;
     };
-    const int format = int(api_kind::anthropic_messages);
+    const std::uint64_t format = std::uint64_t(api_kind::anthropic_messages);
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         const message& m = *req.messages[i];
         if (m.role == message_role::tool_result) {

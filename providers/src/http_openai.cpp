@@ -11,6 +11,36 @@ namespace detail {
 
 namespace {
 
+// where compatible servers (llama.cpp, vLLM, DeepSeek …) stream reasoning, in the reference's
+// order of preference
+constexpr std::string_view reasoning_fields[] = {"reasoning_content", "reasoning",
+                                                 "reasoning_text"};
+
+// The reasoning of a reply of this very model (provider, api, id), to send back in the field
+// it came in (the signature): its thinking blocks' texts joined by "\n"; nothing for another
+// model's (the reference's transformMessages makes those text, which this API does not send).
+std::optional<std::pair<std::string_view, std::string>> reasoning_of(const message& m,
+                                                                     const model_info& model) {
+    if (m.provider != model.provider || m.api != model.api || m.model != model.id)
+        return std::nullopt;
+    std::optional<std::pair<std::string_view, std::string>> r;
+    for (const auto& b : m.content) {
+        const auto* th = std::get_if<thinking_block>(&b);
+        if (!th || trim(th->thinking).empty()) continue;
+        if (!r) {
+            // the first non-empty block's signature names the field
+            const auto* f = std::find(std::begin(reasoning_fields), std::end(reasoning_fields),
+                                      th->signature.value_or(""));
+            if (f == std::end(reasoning_fields)) return std::nullopt;
+            r.emplace(*f, th->thinking);
+        } else {
+            r->second += '\n';
+            r->second += th->thinking;
+        }
+    }
+    return r;
+}
+
 class openai_decoder final : public stream_decoder {
   public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
@@ -62,6 +92,7 @@ class openai_decoder final : public stream_decoder {
                 std::get<text_block>(out.content.back()).text.append(piece);
                 observer.on_text_delta(out, piece);
             }
+            if (!reasoning(delta, out, observer)) return;
             if (const auto* tcs = delta.if_contains("tool_calls"); tcs && tcs->is_array()) {
                 for (const auto& tcv : tcs->get_array()) {
                     if (!tcv.is_object()) continue;
@@ -109,6 +140,27 @@ class openai_decoder final : public stream_decoder {
     }
 
   private:
+    // The reference's reasoning of compatible servers: the first non-empty field of
+    // reasoning_fields in a delta goes into the reply's one thinking block, whose signature
+    // names the field (it is sent back in it). False after failing the reply.
+    bool reasoning(const json::object& delta, message& out, stream_observer& observer) {
+        for (const std::string_view field : reasoning_fields) {
+            const auto* r = delta.if_contains(field);
+            if (!r || !r->is_string() || r->get_string().empty()) continue;
+            const std::string_view piece = r->get_string();
+            if (!thinking_) {
+                if (!new_block(out) || !grow(out, field.size())) return false;
+                out.content.emplace_back(thinking_block{"", std::string(field), false});
+                thinking_ = out.content.size() - 1;
+            }
+            if (!grow(out, piece.size())) return false;
+            std::get<thinking_block>(out.content[*thinking_]).thinking.append(piece);
+            observer.on_thinking_delta(out, piece);
+            break;
+        }
+        return true;
+    }
+
     void done(message& out) {
         if (!finish_text_and_tools(out)) return;
         if (finish_reason_ == "length") {
@@ -127,6 +179,7 @@ class openai_decoder final : public stream_decoder {
 
     std::string finish_reason_;
     std::map<std::int64_t, std::size_t> by_index_;  // tool_calls[].index → content index
+    std::optional<std::size_t> thinking_;           // the thinking block's content index
 };
 
 // {"role":"user","content":[{"type":"text",…},{"type":"image_url",…},…]}: `lead` (when not
@@ -180,10 +233,24 @@ std::string openai_body(const provider_request& req) {
     }
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         next();
-        append_message(out, req, i, int(api_kind::openai_completions), [&](const message& m) {
+        // an assistant message with thinking is written for the model (its reasoning goes back)
+        const message& mi = *req.messages[i];
+        const bool thinks = mi.role == message_role::assistant &&
+                            std::any_of(mi.content.begin(), mi.content.end(), [](const auto& b) {
+                                return std::holds_alternative<thinking_block>(b);
+                            });
+        const std::uint64_t format =
+            thinks ? model_fragment_format(api_kind::openai_completions, req.model, 0)
+                   : std::uint64_t(api_kind::openai_completions);
+        append_message(out, req, i, format, [&](const message& m) {
             switch (m.role) {
                 case message_role::user:
-                    if (image_count(m) == 0) {
+                    // one text: a string; more blocks (images, placeholders): parts, as the
+                    // reference sends a user message's blocks
+                    if (image_count(m) == 0 &&
+                        std::count_if(m.content.begin(), m.content.end(), [](const auto& b) {
+                            return std::holds_alternative<text_block>(b);
+                        }) <= 1) {
                         with_text(m, [&](std::string_view t) { role_text(out, "user", t); });
                     } else {
                         user_blocks(out, m.content, {});
@@ -198,6 +265,11 @@ std::string openai_body(const provider_request& req) {
                         else
                             jt::append_string(out, t);
                     });
+                    if (const auto r = reasoning_of(m, req.model)) {
+                        out.push_back(',');
+                        jt::append_key(out, r->first);
+                        jt::append_string(out, r->second);
+                    }
                     if (!calls.empty()) {
                         out += ",\"tool_calls\":[";
                         for (std::size_t c = 0; c < calls.size(); ++c) {

@@ -1,7 +1,7 @@
 // Wire formats of the HTTP providers (see http_protocol.hpp): the API names, the request body
-// and stream decoder of each API (http_openai.cpp, http_anthropic.cpp), what the decoders share,
-// and URLs. Response headers and error texts: http_headers.cpp. Pure functions and small state
-// machines: unit-testable without sockets.
+// and stream decoder of each API (http_openai.cpp, http_anthropic.cpp, http_openai_responses.cpp),
+// what the decoders share, and URLs. Response headers and error texts: http_headers.cpp. Pure
+// functions and small state machines: unit-testable without sockets.
 
 #include "http_wire.hpp"
 
@@ -12,28 +12,106 @@ namespace coagent::http_protocol {
 using namespace detail;
 
 std::string_view to_string(api_kind k) noexcept {
-    return k == api_kind::openai_completions ? "openai-completions" : "anthropic-messages";
+    switch (k) {
+        case api_kind::openai_completions:
+            return "openai-completions";
+        case api_kind::anthropic_messages:
+            return "anthropic-messages";
+        case api_kind::openai_responses:
+            return "openai-responses";
+    }
+    return "openai-completions";
 }
 
 std::optional<api_kind> api_from_string(std::string_view s) noexcept {
     if (s == "openai-completions") return api_kind::openai_completions;
     if (s == "anthropic-messages") return api_kind::anthropic_messages;
+    if (s == "openai-responses") return api_kind::openai_responses;
     return std::nullopt;
 }
 
 std::string_view endpoint_path(api_kind k) noexcept {
-    return k == api_kind::openai_completions ? "/chat/completions" : "/messages";
+    switch (k) {
+        case api_kind::openai_completions:
+            return "/chat/completions";
+        case api_kind::anthropic_messages:
+            return "/messages";
+        case api_kind::openai_responses:
+            return "/responses";
+    }
+    return "/chat/completions";
 }
 
-std::string build_request_body(api_kind k, const provider_request& req) {
-    std::string body = k == api_kind::openai_completions ? openai_body(req) : anthropic_body(req);
+namespace {
+
+// The reference's downgradeUnsupportedImages: each run of images becomes one placeholder text
+// (none after a placeholder already there).
+std::vector<content_block> replace_images(const std::vector<content_block>& content,
+                                          std::string_view placeholder) {
+    std::vector<content_block> out;
+    out.reserve(content.size());
+    bool previous_was_placeholder = false;
+    for (const auto& b : content) {
+        if (std::holds_alternative<image_block>(b)) {
+            if (!previous_was_placeholder) out.emplace_back(text_block{std::string(placeholder)});
+            previous_was_placeholder = true;
+            continue;
+        }
+        out.push_back(b);
+        const auto* t = std::get_if<text_block>(&b);
+        previous_was_placeholder = t && t->text == placeholder;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<provider_request> without_images(const provider_request& req) {
+    if (req.model.image_input) return std::nullopt;
+    std::optional<provider_request> copy;
+    for (std::size_t i = 0; i < req.messages.size(); ++i) {
+        const message& m = *req.messages[i];
+        if (m.role == message_role::assistant || image_count(m) == 0) continue;
+        if (!copy) copy = req;
+        auto replaced = std::make_shared<message>(m);
+        replaced->content =
+            replace_images(m.content, m.role == message_role::user ? user_image_placeholder
+                                                                   : tool_image_placeholder);
+        copy->messages[i] = std::move(replaced);
+    }
+    return copy;
+}
+
+std::string build_request_body(api_kind k, const provider_request& original) {
+    // a model without "image" in its input gets placeholders instead of images
+    const std::optional<provider_request> downgraded = without_images(original);
+    const provider_request& req = downgraded ? *downgraded : original;
+    std::string body;
+    switch (k) {
+        case api_kind::openai_completions:
+            body = openai_body(req);
+            break;
+        case api_kind::anthropic_messages:
+            body = anthropic_body(req);
+            break;
+        case api_kind::openai_responses:
+            body = openai_responses_body(req);
+            break;
+    }
     if (req.fragments) req.fragments->trim(req.messages.size());  // the conversation got shorter
     return body;
 }
 
 std::unique_ptr<stream_decoder> stream_decoder::make(api_kind k) {
-    if (k == api_kind::openai_completions) return make_openai_decoder();
-    return make_anthropic_decoder();
+    switch (k) {
+        case api_kind::openai_completions:
+            return make_openai_decoder();
+        case api_kind::anthropic_messages:
+            return make_anthropic_decoder();
+        case api_kind::openai_responses:
+            return make_openai_responses_decoder();
+    }
+    return make_openai_decoder();
 }
 
 void stream_decoder::fail(message& out, std::string text, std::string type) {

@@ -1,7 +1,8 @@
 #pragma once
 // What the wire formats of the HTTP providers share (see http_protocol.hpp), private to
-// providers/: text helpers, the request-body pieces both APIs write, the decoder helpers, and
-// the two APIs' bodies and decoders (http_openai.cpp, http_anthropic.cpp). Inline, so each
+// providers/: text helpers, the request-body pieces the APIs write, the decoder helpers, and
+// the three APIs' bodies and decoders (http_openai.cpp, http_openai_responses.cpp,
+// http_anthropic.cpp). Inline, so each
 // body writer still inlines its pieces.
 
 #include <coagent/providers/http_protocol.hpp>
@@ -148,13 +149,31 @@ inline void append_tools(std::string& out, const std::vector<tool_definition>& t
     out.push_back(']');
 }
 
+// The format (wire_fragments) of a message whose text depends on the model (its own reasoning is
+// sent back, another's is not) and on `salt`: FNV-1a over the API and the model's provider, api
+// and id, with the high bit set (never an API's small number).
+inline std::uint64_t model_fragment_format(api_kind k, const model_info& model,
+                                           std::uint64_t salt) {
+    std::uint64_t h = 14695981039346656037ull ^ static_cast<std::uint64_t>(k);
+    for (const std::string* s : {&model.provider, &model.api, &model.id}) {
+        for (const unsigned char ch : *s) {
+            h ^= ch;
+            h *= 1099511628211ull;
+        }
+        h ^= 0xff;
+        h *= 1099511628211ull;
+    }
+    h ^= salt * 0x9e3779b97f4a7c15ull;
+    return h | (std::uint64_t{1} << 63);
+}
+
 // Message `i` of `req` into `out`: the text kept for it by an earlier request of the
 // conversation (req.fragments, same message, same `format`), else what `write` writes, kept
 // for the next request unless it is the newest message. `write` must not depend on the other
 // messages (no separators: those stay with the caller).
 template <class Write>
-void append_message(std::string& out, const provider_request& req, std::size_t i, int format,
-                    Write&& write) {
+void append_message(std::string& out, const provider_request& req, std::size_t i,
+                    std::uint64_t format, Write&& write) {
     const message_ptr& m = req.messages[i];
     if (req.fragments) {
         if (const std::string* kept = req.fragments->find(i, m, format)) {
@@ -205,6 +224,7 @@ inline std::string stream_error_text(std::string message, const std::string& typ
 /// The request body of one streamed request (http_openai.cpp, http_anthropic.cpp).
 std::string openai_body(const provider_request& req);
 std::string anthropic_body(const provider_request& req);
+std::string openai_responses_body(const provider_request& req);
 /// Anthropic's `thinking.budget_tokens` for `level` (the reference's budgets: minimal 1024, low
 /// 2048, medium 8192, high and xhigh 16384), at most max_tokens - 1024; nullopt (no thinking
 /// sent) for off, or when max_tokens leaves no room for the API's minimum of 1024.
@@ -215,5 +235,6 @@ std::optional<std::string_view> reasoning_effort(thinking_level level);
 /// The stream decoder of each API.
 std::unique_ptr<stream_decoder> make_openai_decoder();
 std::unique_ptr<stream_decoder> make_anthropic_decoder();
+std::unique_ptr<stream_decoder> make_openai_responses_decoder();
 
 }  // namespace coagent::http_protocol::detail

@@ -87,7 +87,8 @@ std::optional<http_protocol::api_kind> api_field(const json::object& o, const st
     if (!v) return std::nullopt;
     if (v->is_string())
         if (auto k = http_protocol::api_from_string(v->get_string())) return k;
-    fail(file, path + ".api", "\"openai-completions\" or \"anthropic-messages\"", *v);
+    fail(file, path + ".api",
+         "\"openai-completions\", \"openai-responses\" or \"anthropic-messages\"", *v);
 }
 
 void check_url(const std::string& url, const std::string& file, const std::string& key) {
@@ -155,6 +156,7 @@ model_entry builtin_model(std::string id, std::int64_t window, std::int64_t max_
     m.name = m.id;
     m.context_window = window;
     m.max_tokens = max_tokens;
+    m.image_input = true;  // every built-in model reads images
     return m;
 }
 

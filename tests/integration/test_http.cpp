@@ -578,6 +578,7 @@ namespace {
 provider_request content_request() {
     provider_request r;
     r.model = model_info{"p", "m1", "x", 1000, 2048};
+    r.model.image_input = true;
     r.messages.push_back(std::make_shared<message>(
         make_user_message("what is this?", {image_block{"iVBORw0KGgo=", "image/png"}})));
     auto reply = std::make_shared<message>();
@@ -632,6 +633,53 @@ TEST_CASE("issue 24: images and thinking are encoded for each API, signatures by
         R"({"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGOD lh"}}]},)"
         R"({"role":"assistant","content":""}],"stream":true,"stream_options":{"include_usage":true}})");
     CHECK(json::serialize(json::parse(openai)) == openai);
+}
+
+TEST_CASE("issue 24: a model without image input gets the reference's placeholders, in each API",
+          "[http][protocol][content]") {
+    provider_request r;
+    r.model = model_info{"p", "m1", "x", 1000, 2048};  // no "image" in its input
+    auto prompt = std::make_shared<message>(make_user_message(
+        "compare", {image_block{"iVBORw0KGgo=", "image/png"}, image_block{"R0lGOD", "image/gif"}}));
+    r.messages.push_back(prompt);
+    r.messages.push_back(std::make_shared<message>(make_user_message("thanks")));
+    auto call = std::make_shared<message>();
+    call->role = message_role::assistant;
+    call->content.emplace_back(tool_call_block{"t1", "shot", json::object()});
+    r.messages.push_back(call);
+    message result = make_tool_result("t1", "shot", "", false);
+    result.content.clear();
+    result.content.emplace_back(image_block{"R0lGOD", "image/gif"});
+    r.messages.push_back(std::make_shared<message>(std::move(result)));
+    CHECK(
+        http_protocol::build_request_body(api_kind::openai_completions, r) ==
+        R"({"model":"m1","messages":[)"
+        R"x({"role":"user","content":[{"type":"text","text":"compare"},{"type":"text","text":"(image omitted: model does not support images)"}]},)x"
+        R"({"role":"user","content":"thanks"},)"
+        R"({"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"shot","arguments":"{}"}}]},)"
+        R"x({"role":"tool","tool_call_id":"t1","content":"(tool image omitted: model does not support images)"}],)x"
+        R"("stream":true,"stream_options":{"include_usage":true}})");
+    CHECK(
+        http_protocol::build_request_body(api_kind::anthropic_messages, r) ==
+        R"({"model":"m1","max_tokens":2048,"messages":[)"
+        R"x({"role":"user","content":[{"type":"text","text":"compare"},{"type":"text","text":"(image omitted: model does not support images)"}]},)x"
+        R"({"role":"user","content":[{"type":"text","text":"thanks"}]},)"
+        R"({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"shot","input":{}}]},)"
+        R"x({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"(tool image omitted: model does not support images)"}]}],"stream":true})x");
+    CHECK(
+        http_protocol::build_request_body(api_kind::openai_responses, r) ==
+        R"({"model":"m1","input":[)"
+        R"x({"role":"user","content":[{"type":"input_text","text":"compare"},{"type":"input_text","text":"(image omitted: model does not support images)"}]},)x"
+        R"({"role":"user","content":[{"type":"input_text","text":"thanks"}]},)"
+        R"({"type":"function_call","call_id":"t1","name":"shot","arguments":"{}"},)"
+        R"x({"type":"function_call_output","call_id":"t1","output":"(tool image omitted: model does not support images)"}],)x"
+        R"("stream":true,"store":false,"max_output_tokens":2048})");
+    // the session's messages keep their images
+    CHECK(image_count(*prompt) == 2);
+    // with "image" in its input the images go out
+    r.model.image_input = true;
+    CHECK(http_protocol::build_request_body(api_kind::openai_responses, r).find("input_image") !=
+          std::string::npos);
 }
 
 TEST_CASE("issue 24: thinkingLevel becomes Anthropic budget_tokens and OpenAI reasoning_effort",
@@ -782,6 +830,277 @@ TEST_CASE("issue 24: Anthropic thinking deltas, signatures and redacted thinking
         CHECK(m.stop == stop_reason::error);
         CHECK(m.error_message->starts_with("Reply too large"));
     }
+}
+
+// ---- the OpenAI Responses API (issue 24) ---------------------------------------------------
+
+namespace {
+
+std::string responses_event(std::string_view data) {
+    const auto t = json::parse(data).at("type").as_string();
+    return "event: " + std::string(t) + "\ndata: " + std::string(data) + "\n\n";
+}
+
+// a Responses stream: a reasoning item with a two-delta summary, a text delta before its part
+// (dropped, as the reference drops it), a message, a function call, response.completed
+std::string responses_stream() {
+    return responses_event(
+               R"({"type":"response.created","response":{"id":"resp_1","status":"in_progress"}})") +
+           responses_event(
+               R"({"type":"response.output_item.added","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}})") +
+           responses_event(
+               R"({"type":"response.reasoning_summary_part.added","item_id":"rs_1","output_index":0,"summary_index":0,"part":{"type":"summary_text","text":""}})") +
+           responses_event(
+               R"({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","output_index":0,"summary_index":0,"delta":"Let me "})") +
+           responses_event(
+               R"({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","output_index":0,"summary_index":0,"delta":"look."})") +
+           responses_event(
+               R"({"type":"response.reasoning_summary_part.done","item_id":"rs_1","output_index":0,"summary_index":0,"part":{"type":"summary_text","text":"Let me look."}})") +
+           responses_event(
+               R"({"type":"response.output_item.done","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"gAAA+/=="}})") +
+           responses_event(
+               R"({"type":"response.output_item.added","output_index":1,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}})") +
+           responses_event(
+               R"({"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"before its part"})") +
+           responses_event(
+               R"({"type":"response.content_part.added","item_id":"msg_1","output_index":1,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}})") +
+           responses_event(
+               R"({"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"A "})") +
+           responses_event(
+               R"({"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"logo."})") +
+           responses_event(
+               R"({"type":"response.output_item.done","output_index":1,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"A logo.","annotations":[]}]}})") +
+           responses_event(
+               R"({"type":"response.output_item.added","output_index":2,"item":{"id":"fc_1","type":"function_call","status":"in_progress","arguments":"","call_id":"call_1","name":"zoom"}})") +
+           responses_event(
+               R"({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":2,"delta":"{\"x\":"})") +
+           responses_event(
+               R"({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":2,"delta":"1}"})") +
+           responses_event(
+               R"({"type":"response.function_call_arguments.done","item_id":"fc_1","output_index":2,"arguments":"{\"x\":1}"})") +
+           responses_event(
+               R"({"type":"response.output_item.done","output_index":2,"item":{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"x\":1}","call_id":"call_1","name":"zoom"}})") +
+           responses_event(
+               R"({"type":"response.completed","response":{"id":"resp_1","status":"completed","usage":{"input_tokens":20,"input_tokens_details":{"cached_tokens":5},"output_tokens":7,"total_tokens":27}}})");
+}
+
+constexpr std::string_view reasoning_item =
+    R"({"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"gAAA+/=="})";
+
+message decode_with(stream_observer& obs, api_kind api, std::string_view body) {
+    message out;
+    out.role = message_role::assistant;
+    auto d = http_protocol::stream_decoder::make(api);
+    sse_parser p;
+    p.feed(body, [&](const sse_event& ev) { d->on_event(ev, out, obs); });
+    p.finish();
+    d->on_end(out);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("openai-responses: the stream decoder keeps reasoning items, text and function calls",
+          "[http][protocol][responses]") {
+    thinking_observer obs;
+    message out = decode_with(obs, api_kind::openai_responses, responses_stream());
+    REQUIRE(out.stop == stop_reason::tool_use);
+    CHECK_FALSE(out.error_message);
+    // the exact deltas: the summary part's end adds "\n\n" (the reference's), the final thinking
+    // is the item's summary
+    CHECK(obs.thinking == strings{"Let me ", "look.", "\n\n"});
+    CHECK(obs.text == strings{"A ", "logo."});
+    std::string line;
+    append_json(line, out);
+    const std::string sig = json::serialize(json::value(json::string_view(reasoning_item)));
+    CHECK(line.starts_with(
+        R"({"role":"assistant","content":[{"type":"thinking","thinking":"Let me look.","thinkingSignature":)" +
+        sig +
+        R"(},{"type":"text","text":"A logo."},)"
+        R"({"type":"toolCall","id":"call_1|fc_1","name":"zoom","arguments":{"x":1}}],)"));
+    CHECK(out.usage.input == 15);
+    CHECK(out.usage.cache_read == 5);
+    CHECK(out.usage.output == 7);
+    CHECK(out.usage.total_tokens == 27);
+
+    // every byte counts toward the reply limit: thinking 12 + "\n\n" 2, then the final 12
+    // replaces the 14 + the item 113; text 7; the call's id 11, name 4, arguments 7; 3 blocks
+    const std::size_t all = 12 + reasoning_item.size() + 7 + 11 + 4 + 7 + 3 * 256;
+    CHECK(decode_stream(api_kind::openai_responses, responses_stream(), all).stop ==
+          stop_reason::tool_use);
+    const auto m = decode_stream(api_kind::openai_responses, responses_stream(), all - 1);
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message->starts_with("Reply too large"));
+}
+
+TEST_CASE("openai-responses: failed, error, incomplete and cut streams",
+          "[http][protocol][responses]") {
+    const auto text_head =
+        responses_event(
+            R"({"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","content":[]}})") +
+        responses_event(
+            R"({"type":"response.content_part.added","item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":""}})") +
+        responses_event(
+            R"({"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"partial"})");
+    // response.failed: "<code>: <message>", the code kept as the error type
+    auto m = decode_stream(
+        api_kind::openai_responses,
+        text_head +
+            responses_event(
+                R"({"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"The server had an error"}}})"));
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message == "server_error: The server had an error");
+    CHECK(m.error_type == "server_error");
+    CHECK(text_of(m) == "partial");
+    CHECK(retryable(m));
+    // the API's overflow goes to compaction like the other APIs' overflow bodies
+    m = decode_stream(
+        api_kind::openai_responses,
+        responses_event(
+            R"({"type":"response.failed","response":{"status":"failed","error":{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model."}}})"));
+    CHECK(m.error_message ==
+          "context_length_exceeded: Your input exceeds the context window of this model.");
+    CHECK(classify(m, model_info{"fake", "fake-model", "x", 32000, 4096}, 1'700'000'000'000).kind ==
+          error_kind::context_overflow);
+    m = decode_stream(api_kind::openai_responses,
+                      responses_event(R"({"type":"response.failed","response":{}})"));
+    CHECK(m.error_message == "Unknown error (no error details in response)");
+    m = decode_stream(
+        api_kind::openai_responses,
+        responses_event(
+            R"({"type":"response.failed","response":{"incomplete_details":{"reason":"content_filter"}}})"));
+    CHECK(m.error_message == "incomplete: content_filter");
+    // an error event: the same text format as the other APIs' stream errors
+    m = decode_stream(
+        api_kind::openai_responses,
+        text_head +
+            responses_event(
+                R"({"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null})"));
+    CHECK(m.error_message == "rate_limit_exceeded: Rate limit reached");
+    CHECK(m.error_type == "rate_limit_exceeded");
+    CHECK(retryable(m));
+    // response.incomplete at the output limit: the reply is kept, stopReason length
+    m = decode_stream(
+        api_kind::openai_responses,
+        text_head +
+            responses_event(
+                R"({"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":3,"output_tokens":4,"total_tokens":7}}})"));
+    CHECK(m.stop == stop_reason::length);
+    CHECK(text_of(m) == "partial");
+    CHECK(m.usage.output == 4);
+    // a stream without response.completed is incomplete: a retryable error
+    m = decode_stream(api_kind::openai_responses, text_head);
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message ==
+          "Stream ended without response.completed (the response was incomplete)");
+    CHECK(retryable(m));
+}
+
+namespace {
+
+// a conversation of this very model over the Responses API, then another model's reply
+provider_request responses_request() {
+    provider_request r;
+    r.model = model_info{"openai", "gpt-5", "openai-responses", 400000, 128000};
+    r.model.reasoning = true;
+    r.model.image_input = true;
+    r.system_prompt = "be brief";
+    r.session_id = "s-1";
+    r.messages.push_back(std::make_shared<message>(
+        make_user_message("what is this?", {image_block{"iVBORw0KGgo=", "image/png"}})));
+    thinking_observer obs;
+    auto reply =
+        std::make_shared<message>(decode_with(obs, api_kind::openai_responses, responses_stream()));
+    reply->provider = "openai";
+    reply->api = "openai-responses";
+    reply->model = "gpt-5";
+    r.messages.push_back(reply);
+    message result = make_tool_result("call_1|fc_1", "zoom", "zoomed", false);
+    result.content.emplace_back(text_block{"twice"});
+    result.content.emplace_back(image_block{"R0lGOD", "image/gif"});
+    r.messages.push_back(std::make_shared<message>(std::move(result)));
+    auto other = std::make_shared<message>();
+    other->role = message_role::assistant;
+    other->provider = "anthropic";
+    other->api = "anthropic-messages";
+    other->model = "claude";
+    other->content.emplace_back(thinking_block{"Anthropic's thought", "c2ln", false});
+    other->content.emplace_back(tool_call_block{"toolu_1", "zoom", json::object()});
+    r.messages.push_back(other);
+    r.messages.push_back(std::make_shared<message>(make_tool_result("toolu_1", "zoom", "", false)));
+    tool_definition td;
+    td.name = "zoom";
+    td.description = "zooms";
+    r.tools.push_back(td);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("openai-responses: the request body, its reasoning items sent back byte for byte",
+          "[http][protocol][responses]") {
+    provider_request r = responses_request();
+    r.thinking = thinking_level::high;
+    const std::string body = http_protocol::build_request_body(api_kind::openai_responses, r);
+    CHECK(
+        body ==
+        R"({"model":"gpt-5","input":[{"role":"developer","content":"be brief"},)"
+        R"({"role":"user","content":[{"type":"input_text","text":"what is this?"},)"
+        R"({"type":"input_image","detail":"auto","image_url":"data:image/png;base64,iVBORw0KGgo="}]},)" +
+            std::string(reasoning_item) +
+            R"(,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"A logo.","annotations":[]}],"status":"completed","id":"msg_1"},)"
+            R"({"type":"function_call","id":"fc_1","call_id":"call_1","name":"zoom","arguments":"{\"x\":1}"},)"
+            R"({"type":"function_call_output","call_id":"call_1","output":[{"type":"input_text","text":"zoomed\ntwice"},)"
+            R"({"type":"input_image","detail":"auto","image_url":"data:image/gif;base64,R0lGOD"}]},)"
+            R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Anthropic's thought","annotations":[]}],"status":"completed","id":"msg_3"},)"
+            R"({"type":"function_call","call_id":"toolu_1","name":"zoom","arguments":"{}"},)"
+            R"x({"type":"function_call_output","call_id":"toolu_1","output":"(see attached image)"}],)x"
+            R"("stream":true,"prompt_cache_key":"s-1","store":false,"max_output_tokens":32000,)"
+            R"("tools":[{"type":"function","name":"zoom","description":"zooms","parameters":{"type":"object","properties":{}},"strict":false}],)"
+            R"("reasoning":{"effort":"high","summary":"auto"},"include":["reasoning.encrypted_content"]})");
+    CHECK(json::serialize(json::parse(body)) == body);
+
+    // off (or a model that does not reason): no reasoning field, the system prompt's role is
+    // "system" without reasoning
+    r.thinking = thinking_level::off;
+    CHECK(
+        http_protocol::build_request_body(api_kind::openai_responses, r).find(R"("reasoning":{)") ==
+        std::string::npos);
+    r.thinking = thinking_level::xhigh;
+    CHECK(
+        http_protocol::build_request_body(api_kind::openai_responses, r)
+            .ends_with(
+                R"("reasoning":{"effort":"high","summary":"auto"},"include":["reasoning.encrypted_content"]})"));
+    r.model.reasoning = false;
+    const std::string plain = http_protocol::build_request_body(api_kind::openai_responses, r);
+    CHECK(
+        plain.starts_with(R"({"model":"gpt-5","input":[{"role":"system","content":"be brief"},)"));
+    CHECK(plain.find(R"("reasoning":{)") == std::string::npos);
+    // another model of the same provider and API: its reasoning item is not sent (it becomes
+    // text) and its function-call item id is left out (it was paired with that reasoning)
+    r.model.reasoning = true;
+    r.model.id = "gpt-5-mini";
+    const std::string other = http_protocol::build_request_body(api_kind::openai_responses, r);
+    CHECK(other.find(R"("encrypted_content")") == std::string::npos);
+    CHECK(
+        other.find(
+            R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me look.","annotations":[]}],"status":"completed","id":"msg_1"})") !=
+        std::string::npos);
+    CHECK(
+        other.find(
+            R"({"type":"function_call","call_id":"call_1","name":"zoom","arguments":"{\"x\":1}"})") !=
+        std::string::npos);
+
+    // the kept texts: copied for the same message at the same position for the same model,
+    // written anew for another model
+    r.model.id = "gpt-5";
+    wire_fragments kept;
+    r.fragments = &kept;
+    CHECK(http_protocol::build_request_body(api_kind::openai_responses, r) ==
+          http_protocol::build_request_body(api_kind::openai_responses, r));
+    CHECK(kept.size() == r.messages.size() - 1);
+    r.model.id = "gpt-5-mini";
+    CHECK(http_protocol::build_request_body(api_kind::openai_responses, r) == other);
 }
 
 // ---- coagent-fakellm's script -------------------------------------------------------------
@@ -1100,7 +1419,7 @@ TEST_CASE("issue 24: fakellm streams signed thinking, the next request sends it 
 
 TEST_CASE("issue 24: openai-completions sends a prompt's image as a data URL over loopback",
           "[http][loopback][content]") {
-    loopback lb(R"([{"text":"A logo.","thinking":"ignored by the OpenAI format"}])");
+    loopback lb(R"([{"text":"A logo."}])");
     http_provider p(lb.options(api_kind::openai_completions));
     recording_observer obs;
     abort_signal abort;
@@ -1119,6 +1438,65 @@ TEST_CASE("issue 24: openai-completions sends a prompt's image as a data URL ove
         R"({"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}}]}],)"
         R"("stream":true,"stream_options":{"include_usage":true}})");
     CHECK(reqs[0].images == 1);
+}
+
+TEST_CASE(
+    "issue 24: openai-completions keeps reasoning_content and sends it back to the same model",
+    "[http][loopback][content]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look."},{"text":"ok"}])");
+    auto o = lb.options(api_kind::openai_completions);
+    o.model.reasoning = true;
+    http_provider p(o);
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "what is this?", "");
+    auto first = lb.stream_once(p, req, obs, abort);
+    REQUIRE(first.stop == stop_reason::stop);
+    REQUIRE(first.content.size() == 2);
+    const auto* th = std::get_if<thinking_block>(&first.content[0]);
+    REQUIRE(th);
+    CHECK(th->thinking == "Let me look.");
+    CHECK(th->signature == "reasoning_content");  // the field it came in (the reference's)
+    CHECK(text_of(first) == "A logo.");
+    first.provider = "fake";
+    first.api = "openai-completions";
+    first.model = "fake-model";
+    req.messages.push_back(std::make_shared<message>(first));
+    req.messages.push_back(std::make_shared<message>(make_user_message("and now?")));
+    CHECK(lb.stream_once(p, req, obs, abort).stop == stop_reason::stop);
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","messages":[{"role":"user","content":"what is this?"},)"
+        R"({"role":"assistant","content":"A logo.","reasoning_content":"Let me look."},)"
+        R"({"role":"user","content":"and now?"}],"stream":true,"stream_options":{"include_usage":true}})");
+    // to Anthropic the reasoning of another API is text (its signature means nothing there)
+    auto for_anthropic = req;
+    for_anthropic.model.api = "anthropic-messages";
+    auto redacted = std::make_shared<message>(first);
+    redacted->content.insert(redacted->content.begin(),
+                             thinking_block{"[Reasoning redacted]", "opaque", true});
+    for_anthropic.messages[1] = redacted;
+    CHECK(
+        http_protocol::build_request_body(api_kind::anthropic_messages, for_anthropic)
+            .find(
+                R"({"role":"assistant","content":[{"type":"text","text":"Let me look."},{"type":"text","text":"A logo."}]})") !=
+        std::string::npos);
+    // another model's reasoning is not sent
+    req.model.id = "other-model";
+    CHECK(http_protocol::build_request_body(api_kind::openai_completions, req)
+              .find("reasoning_content") == std::string::npos);
+    // the first of the reference's fields wins: reasoning_content, reasoning, reasoning_text
+    const auto m = decode_stream(
+        api_kind::openai_completions,
+        "data: {\"choices\":[{\"delta\":{\"reasoning\":\"a\",\"reasoning_text\":\"b\"}}]}\n\n"
+        "data: "
+        "{\"choices\":[{\"delta\":{\"reasoning_text\":\"c\"},\"finish_reason\":\"stop\"}]}\n\n"
+        "data: [DONE]\n\n");
+    REQUIRE(m.content.size() == 1);
+    CHECK(std::get<thinking_block>(m.content[0]).thinking == "ac");
+    CHECK(std::get<thinking_block>(m.content[0]).signature == "reasoning");
 }
 
 TEST_CASE(
@@ -1210,8 +1588,9 @@ TEST_CASE("anthropic-messages: a streamed reply with usage over loopback", "[htt
     CHECK(body.at("max_tokens") == 4096);
 }
 
-TEST_CASE("tool calls stream in both APIs", "[http][loopback]") {
-    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+TEST_CASE("tool calls stream in the three APIs", "[http][loopback]") {
+    for (auto api :
+         {api_kind::openai_completions, api_kind::anthropic_messages, api_kind::openai_responses}) {
         INFO(http_protocol::to_string(api));
         loopback lb(
             R"([{"toolCall":{"name":"read_file","arguments":{"path":"README.md","n":2}},"chunks":4}])");
@@ -1229,6 +1608,158 @@ TEST_CASE("tool calls stream in both APIs", "[http][loopback]") {
     }
 }
 
+TEST_CASE("openai-responses: a streamed reply with usage over loopback",
+          "[http][loopback][responses]") {
+    loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
+    http_provider p(lb.options(api_kind::openai_responses));
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    CHECK_FALSE(out.error_message);
+    CHECK(text_of(out) == "Hello there friend");
+    CHECK(obs.starts == 1);
+    CHECK(obs.deltas == strings{"Hello", " there", " friend"});
+    CHECK(out.usage.input == 11);
+    CHECK(out.usage.cache_read == 4);
+    CHECK(out.usage.output == 3);
+    CHECK(out.usage.total_tokens == 18);
+    auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 1);
+    CHECK(reqs[0].path == "/v1/responses");
+    CHECK(reqs[0].authorization == "Bearer sk-test-0001");
+    CHECK(reqs[0].x_api_key.empty());
+    CHECK(reqs[0].roles == strings{"system", "user"});
+    CHECK(
+        reqs[0].body ==
+        R"({"model":"fake-model","input":[{"role":"system","content":"be brief"},)"
+        R"({"role":"user","content":[{"type":"input_text","text":"hi"}]}],)"
+        R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096})");
+    CHECK(fakellm::to_json(reqs[0]).at("api") == "openai-responses");
+}
+
+TEST_CASE("openai-responses: a tool call round trip, the second request's exact body",
+          "[http][loopback][responses]") {
+    loopback lb(
+        R"([{"toolCall":{"name":"read_file","arguments":{"path":"README.md","n":2}},"chunks":3},{"text":"done"}])");
+    http_provider p(lb.options(api_kind::openai_responses));
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model());
+    auto first = lb.stream_once(p, req, obs, abort);
+    REQUIRE(first.stop == stop_reason::tool_use);
+    const auto calls = tool_calls_of(first);
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0]->id == "call_fakellm_1|fc_fakellm_1");  // "<call_id>|<item id>"
+    CHECK(calls[0]->name == "read_file");
+    CHECK(json::serialize(calls[0]->arguments) == R"({"path":"README.md","n":2})");
+    first.provider = "fake";
+    first.api = "openai-responses";
+    first.model = "fake-model";
+    req.messages.push_back(std::make_shared<message>(first));
+    req.messages.push_back(
+        std::make_shared<message>(make_tool_result(calls[0]->id, "read_file", "# README", false)));
+    auto second = lb.stream_once(p, req, obs, abort);
+    CHECK(second.stop == stop_reason::stop);
+    CHECK(text_of(second) == "done");
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","input":[{"role":"system","content":"be brief"},)"
+        R"({"role":"user","content":[{"type":"input_text","text":"hi"}]},)"
+        R"({"type":"function_call","id":"fc_fakellm_1","call_id":"call_fakellm_1","name":"read_file","arguments":"{\"path\":\"README.md\",\"n\":2}"},)"
+        R"({"type":"function_call_output","call_id":"call_fakellm_1","output":"# README"}],)"
+        R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096})");
+    CHECK(reqs[1].roles == strings{"system", "user", "function_call", "function_call_output"});
+}
+
+TEST_CASE("openai-responses: fakellm's reasoning items come back unchanged in the next request",
+          "[http][loopback][responses][content]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look.","signature":"gAAAAB+/=="},)"
+                R"({"text":"Sure.","redactedThinking":"OPAQUE"},{"text":"ok"}])");
+    auto o = lb.options(api_kind::openai_responses);
+    o.model.reasoning = true;
+    http_provider p(o);
+    thinking_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "what is this?", "");
+    req.thinking = thinking_level::low;
+    const auto stream = [&] {
+        message out;
+        out.role = message_role::assistant;
+        out.provider = "fake";
+        out.api = "openai-responses";
+        out.model = "fake-model";
+        bool done = false;
+        asio::co_spawn(lb.io, p.stream(req, out, obs, abort),
+                       [&](std::exception_ptr) { done = true; });
+        REQUIRE(lb.run_until([&] { return done; }));
+        return out;
+    };
+    const std::string item1 =
+        R"({"id":"rs_fakellm_1","type":"reasoning","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"gAAAAB+/=="})";
+    const std::string item2 =
+        R"({"id":"rs_fakellm_2","type":"reasoning","summary":[],"encrypted_content":"OPAQUE"})";
+    auto first = stream();
+    REQUIRE(first.stop == stop_reason::stop);
+    REQUIRE(first.content.size() == 2);
+    const auto* th = std::get_if<thinking_block>(&first.content[0]);
+    REQUIRE(th);
+    CHECK(th->thinking == "Let me look.");
+    CHECK(th->signature == item1);
+    CHECK(obs.thinking == strings{"Let", " me", " look.", "\n\n"});
+    req.messages.push_back(std::make_shared<message>(first));
+    req.messages.push_back(std::make_shared<message>(make_user_message("and now?")));
+    auto second = stream();
+    REQUIRE(second.stop == stop_reason::stop);
+    const auto* enc = std::get_if<thinking_block>(&second.content.at(0));
+    REQUIRE(enc);
+    CHECK(enc->thinking.empty());  // encrypted reasoning only: no summary
+    CHECK(enc->signature == item2);
+    req.messages.push_back(std::make_shared<message>(second));
+    req.messages.push_back(std::make_shared<message>(make_user_message("thanks")));
+    CHECK(stream().stop == stop_reason::stop);
+
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 3);
+    CHECK(
+        reqs[1].body ==
+        R"({"model":"fake-model","input":[{"role":"user","content":[{"type":"input_text","text":"what is this?"}]},)" +
+            item1 +
+            R"(,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"A logo.","annotations":[]}],"status":"completed","id":"msg_1"},)"
+            R"({"role":"user","content":[{"type":"input_text","text":"and now?"}]}],)"
+            R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096,)"
+            R"("reasoning":{"effort":"low","summary":"auto"},"include":["reasoning.encrypted_content"]})");
+    CHECK(reqs[2].body.find("," + item2 + ",") != std::string::npos);
+    // the log says what each request carried
+    CHECK(fakellm::to_json(reqs[0]).at("thinking") == 0);
+    CHECK(fakellm::to_json(reqs[1]).at("thinking") == 1);
+    CHECK(fakellm::to_json(reqs[2]).at("thinking") == 2);
+    CHECK(reqs[1].roles == strings{"user", "reasoning", "assistant", "user"});
+}
+
+TEST_CASE("openai-responses: a prompt's image is an input_image over loopback",
+          "[http][loopback][responses][content]") {
+    loopback lb(R"([{"text":"A logo."}])");
+    http_provider p(lb.options(api_kind::openai_responses));
+    recording_observer obs;
+    abort_signal abort;
+    provider_request req = simple_request(p.model(), "", "");
+    req.messages[0] = std::make_shared<message>(
+        make_user_message("what is this?", {image_block{"/9j/4AAQ", "image/jpeg"}}));
+    auto out = lb.stream_once(p, req, obs, abort);
+    CHECK(out.stop == stop_reason::stop);
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 1);
+    CHECK(
+        reqs[0].body ==
+        R"({"model":"fake-model","input":[{"role":"user","content":[{"type":"input_text","text":"what is this?"},)"
+        R"({"type":"input_image","detail":"auto","image_url":"data:image/jpeg;base64,/9j/4AAQ"}]}],)"
+        R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096})");
+    CHECK(reqs[0].images == 1);
+}
+
 TEST_CASE("HTTP errors become the reference's error text with structured fields",
           "[http][loopback]") {
     loopback lb(
@@ -1236,7 +1767,10 @@ TEST_CASE("HTTP errors become the reference's error text with structured fields"
                     {"status":502},
                     {"status":529,"body":{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}},
                     {"status":401,"body":{"error":{"message":"Incorrect API key provided: sk-abc***","type":"invalid_request_error"}}}])");
-    http_provider p(lb.options(api_kind::openai_completions));
+    const api_kind api = GENERATE(api_kind::openai_completions, api_kind::anthropic_messages,
+                                  api_kind::openai_responses);
+    INFO(http_protocol::to_string(api));
+    http_provider p(lb.options(api));
     recording_observer obs;
     abort_signal abort;
     auto req = simple_request(p.model());
@@ -1268,7 +1802,10 @@ TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)",
                     {"status":429,"headers":{"retry-after-ms":"1500","x-ratelimit-reset-ms":"2500","Retry-After":"2"}},
                     {"status":429,"headers":{"Retry-After":"9"},"body":{"error":{"message":"slow down retry-after-ms=10"}}},
                     {"status":503,"headers":{"x-should-retry":"false"}}])");
-    http_provider p(lb.options(api_kind::openai_completions));
+    const api_kind api = GENERATE(api_kind::openai_completions, api_kind::anthropic_messages,
+                                  api_kind::openai_responses);
+    INFO(http_protocol::to_string(api));
+    http_provider p(lb.options(api));
     recording_observer obs;
     abort_signal abort;
     auto req = simple_request(p.model());
@@ -1284,7 +1821,8 @@ TEST_CASE("retry-after headers add the retry-after-ms suffix (largest wins)",
 }
 
 TEST_CASE("a connection dropped mid-stream is a retryable connection error", "[http][loopback]") {
-    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+    for (auto api :
+         {api_kind::openai_completions, api_kind::anthropic_messages, api_kind::openai_responses}) {
         INFO(http_protocol::to_string(api));
         loopback lb(R"([{"text":"one two three four five","cutAfterChunks":2},{"text":"ok"}])");
         http_provider p(lb.options(api));
@@ -1304,19 +1842,22 @@ TEST_CASE("a connection dropped mid-stream is a retryable connection error", "[h
 
 TEST_CASE("a stalled stream hits the idle timeout: a retryable 'timed out' error",
           "[http][loopback]") {
-    loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":5000}])");
-    auto o = lb.options(api_kind::anthropic_messages);
-    o.stream_idle_timeout_ms = 150;
-    http_provider p(o);
-    recording_observer obs;
-    abort_signal abort;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
-    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
-    CHECK(out.stop == stop_reason::error);
-    CHECK(out.error_message == "Stream idle timeout: no data for 150 ms (timed out)");
-    CHECK(retryable(out));
-    CHECK(text_of(out) == "one");
+    for (auto api : {api_kind::anthropic_messages, api_kind::openai_responses}) {
+        INFO(http_protocol::to_string(api));
+        loopback lb(R"([{"text":"one two three","stallAfterChunks":1,"stallMs":5000}])");
+        auto o = lb.options(api);
+        o.stream_idle_timeout_ms = 150;
+        http_provider p(o);
+        recording_observer obs;
+        abort_signal abort;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+        CHECK(out.stop == stop_reason::error);
+        CHECK(out.error_message == "Stream idle timeout: no data for 150 ms (timed out)");
+        CHECK(retryable(out));
+        CHECK(text_of(out) == "one");
+    }
 }
 
 TEST_CASE("a stall shorter than the idle timeout is just slow", "[http][loopback]") {
@@ -1349,6 +1890,21 @@ TEST_CASE("Anthropic error event mid-stream (overloaded_error) is retryable", "[
     auto o2 = lb.stream_once(q, simple_request(q.model()), obs, abort);
     CHECK(o2.error_message == "api_error: Internal server error");
     CHECK(retryable(o2));
+}
+
+TEST_CASE("openai-responses: an error event mid-stream keeps the text and is retryable",
+          "[http][loopback][responses]") {
+    loopback lb(
+        R"([{"text":"partial words","sseError":{"type":"server_error","message":"The server had an error"}}])");
+    http_provider p(lb.options(api_kind::openai_responses));
+    recording_observer obs;
+    abort_signal abort;
+    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+    CHECK(out.stop == stop_reason::error);
+    CHECK(out.error_message == "server_error: The server had an error");
+    CHECK(out.error_type == "server_error");
+    CHECK(text_of(out) == "partial words");
+    CHECK(retryable(out));
 }
 
 TEST_CASE("abort during a stream closes the socket promptly: stopReason aborted",
@@ -1535,7 +2091,8 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
         "local":{"baseUrl":"http://127.0.0.1:8080/v1","api":"openai-completions","apiKey":"any",
                  "compat":{"supportsDeveloperRole":false},
                  "models":[{"id":"m1","name":"M1","contextWindow":32000,"maxTokens":4096,"reasoning":false,"input":["text"],
-                            "cost":{"input":0,"output":0}},{"id":"m2","api":"anthropic-messages"}]},
+                            "cost":{"input":0,"output":0}},{"id":"m2","api":"anthropic-messages"},
+                           {"id":"gpt-5","api":"openai-responses","reasoning":true,"input":["text","image"]}]},
         "anthropic":{"baseUrl":"https://proxy.example/anthropic/v1","models":[{"id":"claude-next","contextWindow":500000}]}},
         "somethingElse":true})",
                                   "models.json");
@@ -1549,6 +2106,14 @@ TEST_CASE("models.json: the reference's shape over the built-in providers", "[ht
     CHECK(m2.api == "anthropic-messages");
     CHECK(m2.context_window == 128000);  // defaults
     CHECK(m2.max_tokens == 16384);
+    CHECK_FALSE(m2.image_input);  // the reference's default input: ["text"]
+    CHECK_FALSE(m1.image_input);
+    auto m3 = c.resolve("local", "gpt-5");
+    CHECK(m3.api == "openai-responses");
+    CHECK(m3.image_input);
+    CHECK(c.provider_options("local", "gpt-5", provider_settings{}).api ==
+          api_kind::openai_responses);
+    CHECK(c.resolve("openai", "gpt-4o").image_input);  // the built-in models read images
     // a built-in overridden: new base URL, its models kept, one added
     CHECK(c.find("anthropic")->base_url == "https://proxy.example/anthropic/v1");
     CHECK(c.resolve("anthropic", "claude-sonnet-4-5").context_window == 200000);
@@ -1581,8 +2146,8 @@ TEST_CASE("models.json: a broken file names the file, the key and what was expec
         R"(/home/u/.coagent/models.json: key "providers.x.baseUrl": expected an http:// or https:// URL, found nothing (missing))");
     CHECK(
         config_error_of(
-            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-responses","models":[{"id":"m"}]}}})") ==
-        R"(/home/u/.coagent/models.json: key "providers.x.api": expected "openai-completions" or "anthropic-messages", found "openai-responses")");
+            R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-chat","models":[{"id":"m"}]}}})") ==
+        R"(/home/u/.coagent/models.json: key "providers.x.api": expected "openai-completions", "openai-responses" or "anthropic-messages", found "openai-chat")");
     CHECK(
         config_error_of(
             R"({"providers":{"x":{"baseUrl":"http://a","api":"openai-completions","models":[]}}})") ==
@@ -1603,12 +2168,11 @@ TEST_CASE(
     "[http][config]") {
     // 1 quote + 75 ASCII bytes, then 'é' at bytes 76-77: the old cut at byte 77 split it
     const std::string value = std::string(75, 'a') + "\xC3\xA9" + std::string(20, 'b');
-    CHECK(
-        config_error_of(R"({"providers":{"x":{"baseUrl":"http://h/v1","api":")" + value +
-                        R"(","models":[{"id":"m"}]}}})") ==
-        "/home/u/.coagent/models.json: key \"providers.x.api\": expected \"openai-completions\" or "
-        "\"anthropic-messages\", found \"" +
-            std::string(75, 'a') + "...");
+    CHECK(config_error_of(R"({"providers":{"x":{"baseUrl":"http://h/v1","api":")" + value +
+                          R"(","models":[{"id":"m"}]}}})") ==
+          "/home/u/.coagent/models.json: key \"providers.x.api\": expected \"openai-completions\", "
+          "\"openai-responses\" or \"anthropic-messages\", found \"" +
+              std::string(75, 'a') + "...");
     temp_dir d;
     write_text(d.path / "auth.json",
                R"({"p":{"type":"api_key","key":"k","blockedUntil":")" + value + "\"}}");
@@ -1868,7 +2432,8 @@ TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → re
           "[http][loopback][session]") {
     auto cfg = fast_settings();
     cfg.provider.stream_idle_timeout_ms = 200;
-    for (auto api : {api_kind::openai_completions, api_kind::anthropic_messages}) {
+    for (auto api :
+         {api_kind::openai_completions, api_kind::anthropic_messages, api_kind::openai_responses}) {
         INFO(http_protocol::to_string(api));
         session_loopback t(example("stream-faults.json"), api, cfg);
         t.prompt("hi");
@@ -1893,13 +2458,14 @@ TEST_CASE("loopback: mid-stream cut, stall and Anthropic overloaded_error → re
     CHECK(starts[1].at("errorMessage") == "overloaded_error: Overloaded");
 }
 
-TEST_CASE("loopback: the overflow bodies of both APIs go to compaction, never to retry",
+TEST_CASE("loopback: the overflow bodies of the three APIs go to compaction, never to retry",
           "[http][loopback][session]") {
     const std::pair<const char*, api_kind> cases[] = {
         {"openai-overflow.json", api_kind::openai_completions},
+        {"openai-overflow.json", api_kind::openai_responses},
         {"anthropic-overflow.json", api_kind::anthropic_messages}};
     for (const auto& [file, api] : cases) {
-        INFO(file);
+        INFO(file << " " << http_protocol::to_string(api));
         session_loopback t(example(file), api, fast_settings());
         t.prompt("hi");
         CHECK(t.of("auto_retry_start").empty());
@@ -2062,6 +2628,51 @@ TEST_CASE(
     CHECK(reqs[1].model == "m2");
     CHECK(reqs[1].roles == std::vector<std::string>{"user"});  // the primary's error is not sent
     CHECK(session.model().provider == "backup");
+}
+
+TEST_CASE(
+    "openai-responses: a session on a models.json model sends its reasoning item back in the "
+    "next prompt",
+    "[http][loopback][session][responses]") {
+    loopback lb(R"([{"text":"A logo.","thinking":"Let me look.","signature":"gAAAAB=="},)"
+                R"({"text":"ok"}])");
+    temp_dir d;
+    write_text(d.path / "models.json",
+               R"({"providers":{"oai":{"baseUrl":")" + lb.base_url() +
+                   R"(","api":"openai-responses","apiKey":"key-1","models":[)"
+                   R"({"id":"gpt-5","reasoning":true,"maxTokens":64000}]}}})");
+    auto catalog = std::make_shared<app_catalog>(d.path, provider_settings{}, nullptr);
+    session_options so;
+    so.executor = lb.io.get_executor();
+    so.model_provider = catalog->make("oai", "gpt-5");
+    so.models = catalog;
+    so.config = fast_settings();
+    agent_session session(std::move(so));
+    CHECK(session.set_thinking_level(thinking_level::medium).empty());
+    for (const char* text : {"what is this?", "and now?"}) {
+        std::optional<prompt_result> result;
+        asio::co_spawn(lb.io, session.prompt(text), [&](std::exception_ptr e, prompt_result r) {
+            if (e) std::rethrow_exception(e);
+            result = std::move(r);
+        });
+        REQUIRE(lb.run_until([&] { return result.has_value(); }));
+        CHECK(result->outcome == prompt_result::status::succeeded);
+    }
+    const auto reqs = lb.server->requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0].path == "/v1/responses");
+    CHECK(reqs[0].authorization == "Bearer key-1");
+    const auto body = json::parse(reqs[1].body).as_object();
+    const auto& input = body.at("input").as_array();
+    REQUIRE(input.size() >= 4);
+    CHECK(
+        json::serialize(input[input.size() - 3]) ==
+        R"({"id":"rs_fakellm_1","type":"reasoning","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"gAAAAB=="})");
+    CHECK(
+        reqs[1].body.find(
+            R"("reasoning":{"effort":"medium","summary":"auto"},"include":["reasoning.encrypted_content"]})") !=
+        std::string::npos);
+    CHECK(reqs[1].thinking == 1);
 }
 
 // ---- issue 21: retry.resumePartial over loopback (Anthropic Messages prefill)

@@ -72,6 +72,7 @@ struct loopback {
         o.base_url = base_url();
         o.model = model_info{"fake", "fake-model", std::string(http_protocol::to_string(api)),
                              32000, 4096};
+        o.model.image_input = true;  // "input":["text","image"]
         o.api_key = std::move(key);
         return o;
     }

@@ -58,9 +58,12 @@ struct step : scripted::step_base {
     // [first, second) of [0, 1) (conversation_share); the others skip it
     std::optional<std::pair<double, double>> for_conversations;
 
-    // text / sse_error / tool_call: a thinking block before the reply (Anthropic format only):
-    // its text in thinking_delta events, then its signature in one signature_delta; or a
-    // redacted_thinking block holding `redacted_thinking` (opaque)
+    // text / sse_error / tool_call: a thinking block before the reply. Anthropic: its text in
+    // thinking_delta events, then its signature in one signature_delta; or a redacted_thinking
+    // block holding `redacted_thinking` (opaque). Responses: a reasoning item whose summary
+    // streams the text (reasoning_summary_text.delta) and whose encrypted_content is the
+    // signature (or `redacted_thinking`, with no summary). Chat completions: the text in
+    // `reasoning_content` deltas (no signature; `redacted_thinking` is not sent).
     std::optional<std::string> thinking;
     std::string signature;
     std::optional<std::string> redacted_thinking;
@@ -90,10 +93,10 @@ struct syntax {
 using script = scripted::basic_script<step, syntax>;
 
 /// Which API a request path speaks.
-enum class api { openai, anthropic, unknown };
-/// /v1/chat/completions or /chat/completions → openai; /v1/messages or /messages → anthropic
-/// (any prefix before them is accepted, so baseUrl "http://host:port/proxy/v1" works too;
-/// a query string is ignored).
+enum class api { openai, anthropic, responses, unknown };
+/// /v1/chat/completions or /chat/completions → openai; /v1/messages or /messages → anthropic;
+/// /v1/responses or /responses → responses (any prefix before them is accepted, so baseUrl
+/// "http://host:port/proxy/v1" works too; a query string is ignored).
 api api_of_path(std::string_view target) noexcept;
 
 /// One request as the server received it.
@@ -105,12 +108,17 @@ struct request_record {
     std::string x_api_key;
     std::string model;
     bool stream = false;
-    std::vector<std::string> roles;  // message roles in order ("system" first when sent)
-    std::string body;                // the raw request body
-    std::string conversation;        // the text of the first user message (the key)
-    std::size_t images = 0;    // image blocks in the messages (Anthropic image, OpenAI image_url)
-    std::size_t thinking = 0;  // thinking and redacted_thinking blocks sent back (Anthropic)
-    int status = 0;            // the status answered
+    // message roles in order ("system" first when sent); Responses input items without a role
+    // by their type ("function_call", "function_call_output", "reasoning")
+    std::vector<std::string> roles;
+    std::string body;          // the raw request body
+    std::string conversation;  // the text of the first user message (the key)
+    // image blocks in the messages (Anthropic image, OpenAI image_url, Responses input_image)
+    std::size_t images = 0;
+    // thinking sent back: Anthropic thinking and redacted_thinking blocks, Responses reasoning
+    // items
+    std::size_t thinking = 0;
+    int status = 0;  // the status answered
 };
 
 /// The --log line of a request: {"request":n,"path":…,"api":…,"authorization":bool,

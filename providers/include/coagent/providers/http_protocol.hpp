@@ -1,8 +1,9 @@
 #pragma once
-// The wire formats of the HTTP providers, sans-io: request bodies for OpenAI chat completions and
-// Anthropic Messages, the stream decoders that turn their SSE events into an assistant message,
-// the error text of a failed response, and the retry hint taken from response headers
-// (policy Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now is a parameter).
+// The wire formats of the HTTP providers, sans-io: request bodies for OpenAI chat completions,
+// the OpenAI Responses API and Anthropic Messages, the stream decoders that turn their SSE events
+// into an assistant message, the error text of a failed response, and the retry hint taken from
+// response headers (policy Appendix A: the ` retry-after-ms=<N>` suffix). No sockets, no clock (now
+// is a parameter).
 
 #include <coagent/providers/reply_budget.hpp>
 #include <coagent/providers/sse_parser.hpp>
@@ -24,17 +25,30 @@
 namespace coagent::http_protocol {
 
 /// The wire API of a provider (models.json "api").
-enum class api_kind { openai_completions, anthropic_messages };
+enum class api_kind { openai_completions, anthropic_messages, openai_responses };
 
-std::string_view to_string(api_kind k) noexcept;  // "openai-completions" | "anthropic-messages"
+/// "openai-completions" | "anthropic-messages" | "openai-responses"
+std::string_view to_string(api_kind k) noexcept;
 std::optional<api_kind> api_from_string(std::string_view s) noexcept;
 
-/// The path appended to baseUrl: "/chat/completions" or "/messages".
+/// The path appended to baseUrl: "/chat/completions", "/messages" or "/responses".
 std::string_view endpoint_path(api_kind k) noexcept;
 
 /// The JSON request body of one streamed request. Failed assistant messages are expected to be
-/// filtered out by the caller already (provider_request's contract).
+/// filtered out by the caller already (provider_request's contract). A model without image
+/// input (models.json "input" without "image") gets without_images(req).
 std::string build_request_body(api_kind k, const provider_request& req);
+
+/// The texts that stand for images sent to a model without image input (the reference's).
+inline constexpr std::string_view user_image_placeholder =
+    "(image omitted: model does not support images)";
+inline constexpr std::string_view tool_image_placeholder =
+    "(tool image omitted: model does not support images)";
+/// `req` with the images of its user and toolResult messages replaced (each run of images by
+/// one placeholder, none right after a placeholder text) when req.model has no image input and
+/// some message has images; nullopt when nothing is replaced. The replaced messages are new
+/// objects: the session's messages (and files) keep their images.
+std::optional<provider_request> without_images(const provider_request& req);
 
 /// Response headers with lower-case names (HTTP names are case-insensitive).
 using header_list = std::vector<std::pair<std::string, std::string>>;

@@ -1,9 +1,10 @@
 #pragma once
-// The HTTP providers: OpenAI-compatible chat completions (`openai-completions`) and the
-// Anthropic Messages API (`anthropic-messages`), streamed over HTTP/1.1 (Boost.Beast) with
-// https through OpenSSL (certificates verified against the system CA store, SNI). Exactly one
-// HTTP request per attempt: no retry layer inside; failures are assistant messages with
-// stopReason "error" for the session's retry policy to classify (docs/providers.md).
+// The HTTP providers: OpenAI-compatible chat completions (`openai-completions`), the OpenAI
+// Responses API (`openai-responses`) and the Anthropic Messages API (`anthropic-messages`),
+// streamed over HTTP/1.1 (Boost.Beast) with https through OpenSSL (certificates verified against
+// the system CA store, SNI). Exactly one HTTP request per attempt: no retry layer inside; failures
+// are assistant messages with stopReason "error" for the session's retry policy to classify
+// (docs/providers.md).
 
 #include <coagent/providers/http_protocol.hpp>
 #include <coagent/session/auth_storage.hpp>

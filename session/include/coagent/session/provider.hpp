@@ -32,12 +32,12 @@ struct tool_definition {
 class wire_fragments {
   public:
     /// The text kept for message `i` of a request, if it was written for `m` in `format`.
-    const std::string* find(std::size_t i, const message_ptr& m, int format) const {
+    const std::string* find(std::size_t i, const message_ptr& m, std::uint64_t format) const {
         if (i >= entries_.size()) return nullptr;
         const entry& e = entries_[i];
         return e.msg == m && e.format == format ? &e.text : nullptr;
     }
-    void keep(std::size_t i, message_ptr m, int format, std::string_view text) {
+    void keep(std::size_t i, message_ptr m, std::uint64_t format, std::string_view text) {
         if (entries_.size() <= i) entries_.resize(i + 1);
         entry& e = entries_[i];
         e.msg = std::move(m);
@@ -53,7 +53,7 @@ class wire_fragments {
   private:
     struct entry {
         message_ptr msg;  // held: its address cannot be reused by another message
-        int format = -1;
+        std::uint64_t format = ~std::uint64_t{0};
         std::string text;
     };
     std::vector<entry> entries_;
