@@ -27,7 +27,7 @@ trap cleanup EXIT
 settings() { printf '%s' "$1" > "$COAGENT_DIR/settings.json"; }
 
 # start_fakellm SCRIPT_JSON: coagent-fakellm on a free port, logging each request to
-# $work/fake.log, and a models.json provider "local" (model m1) on it with API $FAKE_API
+# $work/fake.log, and a models.json provider "local" (model m1, text and image input) on it with API $FAKE_API
 # (default anthropic-messages); start_coagent then uses it instead of the faux provider.
 start_fakellm() {
   [ -n "$FAKELLM" ] || { echo "start_fakellm: lib.sh was sourced without coagent-fakellm" >&2; exit 1; }
@@ -43,7 +43,7 @@ start_fakellm() {
   port=$(sed -n 's/^listening 127.0.0.1:\([0-9]*\)$/\1/p' "$work/fake.out")
   cat >"$COAGENT_DIR/models.json" <<EOF
 {"providers":{"local":{"baseUrl":"http://127.0.0.1:$port/v1","api":"${FAKE_API:-anthropic-messages}",
-  "apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096,"reasoning":true}]}}}
+  "apiKey":"any","models":[{"id":"m1","contextWindow":32000,"maxTokens":4096,"reasoning":true,"input":["text","image"]}]}}}
 EOF
   COAGENT_MODEL="--provider local --model m1"
 }
