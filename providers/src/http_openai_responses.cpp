@@ -298,13 +298,7 @@ class responses_decoder final : public stream_decoder {
 // {"type":"input_image","detail":"auto","image_url":"data:<mime>;base64,<data>"}
 void input_image(std::string& out, const image_block& im) {
     out += R"({"type":"input_image","detail":"auto","image_url":)";
-    std::string url;
-    url.reserve(im.mime_type.size() + im.data.size() + 13);
-    url += "data:";
-    url += im.mime_type;
-    url += ";base64,";
-    url += im.data;
-    jt::append_string(out, url);
+    append_data_url(out, im);
     out.push_back('}');
 }
 

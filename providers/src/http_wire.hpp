@@ -107,9 +107,8 @@ inline void anthropic_image(std::string& out, const image_block& im) {
     out += "}}";
 }
 
-// {"type":"image_url","image_url":{"url":"data:<mime>;base64,<data>"}} (OpenAI chat)
-inline void openai_image(std::string& out, const image_block& im) {
-    out += R"({"type":"image_url","image_url":{"url":)";
+// an image as the JSON string "data:<mime>;base64,<data>" (both OpenAI APIs)
+inline void append_data_url(std::string& out, const image_block& im) {
     std::string url;
     url.reserve(im.mime_type.size() + im.data.size() + 13);
     url += "data:";
@@ -117,6 +116,12 @@ inline void openai_image(std::string& out, const image_block& im) {
     url += ";base64,";
     url += im.data;
     jt::append_string(out, url);
+}
+
+// {"type":"image_url","image_url":{"url":"data:<mime>;base64,<data>"}} (OpenAI chat)
+inline void openai_image(std::string& out, const image_block& im) {
+    out += R"({"type":"image_url","image_url":{"url":)";
+    append_data_url(out, im);
     out += "}}";
 }
 
