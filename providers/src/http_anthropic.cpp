@@ -132,7 +132,7 @@ class anthropic_decoder final : public stream_decoder {
             std::string msg, etype;
             if (const auto* e = o.if_contains("error"); e && e->is_object())
                 error_from_object(e->get_object(), msg, etype);
-            fail(out, stream_error_text(std::move(msg), etype), etype);
+            fail_error_event(out, std::move(msg), std::move(etype));
         }
         // "ping" and unknown events are ignored (the API may add event types)
     }

@@ -3,6 +3,10 @@
 
 #include "http_wire.hpp"
 
+#include <boost/json/basic_parser_impl.hpp>
+
+#include <array>
+#include <cmath>
 #include <map>
 
 namespace coagent::http_protocol {
@@ -41,6 +45,339 @@ std::optional<std::pair<std::string_view, std::string>> reasoning_of(const messa
     return r;
 }
 
+// One chat-completions event as the decoder reads it, gathered by Boost.JSON's SAX parser
+// (basic_parser): no DOM is built, and the fields nobody reads (id, object, created, model …)
+// are only scanned. A DOM built for every event was over a third of a streaming session's
+// instructions (bench/scale). Each field is what the last occurrence of its key leaves, as in
+// the DOM (which keeps the last of repeated keys): a key's value replaces what an earlier one
+// gathered. An event with a top-level "error", a number beyond a double, that is not an object or
+// does not parse is read again as a DOM (parse_event), which reports it exactly.
+struct chunk {
+    bool dom = false;                                             // read it as a DOM
+    bool usage = false;                                           // "usage" is an object
+    json::value prompt_tokens, completion_tokens, cached_tokens;  // null: absent or not a number
+    bool choice = false;  // choices is an array whose first element is an object
+    bool delta = false;   // choices[0].delta is an object
+    std::optional<std::string> content;
+    std::optional<std::string> reasoning[std::size(reasoning_fields)];
+    struct tool_call {
+        json::value index;  // null: absent or not a number
+        std::optional<std::string> id;
+        bool function = false;  // "function" is an object
+        std::optional<std::string> name, arguments;
+    };
+    std::vector<tool_call> tool_calls;  // the elements of delta.tool_calls that are objects
+    std::optional<std::string> finish_reason;
+};
+
+class chunk_reader {
+  public:
+    static constexpr std::size_t max_array_size = -1;
+    static constexpr std::size_t max_object_size = -1;
+    static constexpr std::size_t max_string_size = -1;
+    static constexpr std::size_t max_key_size = -1;
+
+    chunk c;
+
+    bool on_document_begin(json::error_code&) { return true; }
+    bool on_document_end(json::error_code&) { return true; }
+    bool on_object_begin(json::error_code&) {
+        push(begin_value(true, false), false);
+        return true;
+    }
+    bool on_object_end(std::size_t, json::error_code&) { return pop(); }
+    bool on_array_begin(json::error_code&) {
+        push(begin_value(false, true), true);
+        return true;
+    }
+    bool on_array_end(std::size_t, json::error_code&) { return pop(); }
+    bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
+        part_.append(s.data(), s.size());
+        return true;
+    }
+    bool on_key(json::string_view s, std::size_t, json::error_code&) {
+        if (part_.empty()) {
+            field_ = route(std::string_view(s.data(), s.size()));
+        } else {
+            part_.append(s.data(), s.size());
+            field_ = route(part_);
+            part_.clear();
+        }
+        return true;
+    }
+    bool on_string_part(json::string_view s, std::size_t, json::error_code&) {
+        part_.append(s.data(), s.size());
+        return true;
+    }
+    bool on_string(json::string_view s, std::size_t, json::error_code&) {
+        std::optional<std::string>* into = string_field(begin_value(false, false));
+        if (into) {
+            if (part_.empty()) {
+                into->emplace(s.data(), s.size());
+            } else {
+                part_.append(s.data(), s.size());
+                into->emplace(std::move(part_));
+            }
+        }
+        part_.clear();
+        return true;
+    }
+    bool on_number_part(json::string_view, json::error_code&) { return true; }
+    bool on_int64(std::int64_t v, json::string_view, json::error_code&) {
+        return number(json::value(v));
+    }
+    bool on_uint64(std::uint64_t v, json::string_view, json::error_code&) {
+        return number(json::value(v));
+    }
+    bool on_double(double v, json::string_view, json::error_code&) {
+        if (!std::isfinite(v)) c.dom = true;  // parse_event says where
+        return number(json::value(v));
+    }
+    bool on_bool(bool, json::error_code&) {
+        begin_value(false, false);
+        return true;
+    }
+    bool on_null(json::error_code&) {
+        begin_value(false, false);
+        return true;
+    }
+    bool on_comment_part(json::string_view, json::error_code&) { return true; }
+    bool on_comment(json::string_view, json::error_code&) { return true; }
+
+  private:
+    // what a value is to the decoder: a container whose keys it reads, a field, or nothing
+    enum class where : std::uint8_t {
+        skip,
+        root,
+        error,
+        usage,
+        usage_details,
+        prompt_tokens,
+        completion_tokens,
+        cached_tokens,
+        choices,
+        choice,
+        delta,
+        content,
+        reasoning0,
+        reasoning1,
+        reasoning2,
+        tool_calls,
+        tool_call,
+        index,
+        id,
+        function,
+        name,
+        arguments,
+        finish_reason
+    };
+    struct frame {
+        where w;
+        bool array;
+        std::size_t count;  // an array's elements so far
+    };
+
+    where route(std::string_view key) const {
+        const frame* f = top();
+        switch (f ? f->w : where::skip) {
+            case where::root:
+                if (key == "error") return where::error;
+                if (key == "usage") return where::usage;
+                if (key == "choices") return where::choices;
+                return where::skip;
+            case where::usage:
+                if (key == "prompt_tokens") return where::prompt_tokens;
+                if (key == "completion_tokens") return where::completion_tokens;
+                if (key == "prompt_tokens_details") return where::usage_details;
+                return where::skip;
+            case where::usage_details:
+                return key == "cached_tokens" ? where::cached_tokens : where::skip;
+            case where::choice:
+                if (key == "delta") return where::delta;
+                if (key == "finish_reason") return where::finish_reason;
+                return where::skip;
+            case where::delta:
+                if (key == "content") return where::content;
+                if (key == "tool_calls") return where::tool_calls;
+                for (std::size_t i = 0; i < std::size(reasoning_fields); ++i)
+                    if (key == reasoning_fields[i])
+                        return static_cast<where>(static_cast<std::size_t>(where::reasoning0) + i);
+                return where::skip;
+            case where::tool_call:
+                if (key == "index") return where::index;
+                if (key == "id") return where::id;
+                if (key == "function") return where::function;
+                return where::skip;
+            case where::function:
+                if (key == "name") return where::name;
+                if (key == "arguments") return where::arguments;
+                return where::skip;
+            default:
+                return where::skip;
+        }
+    }
+
+    // A value begins (an object, an array or a scalar): what it is to the decoder; a field's
+    // earlier value is forgotten (the last key wins), a container the decoder reads is opened.
+    where begin_value(bool object, bool array) {
+        where w = where::skip;
+        if (depth_ == 0) {
+            w = where::root;
+        } else if (frame* f = top(); !f) {
+            w = where::skip;
+        } else if (f->array) {
+            const std::size_t i = f->count++;
+            if (f->w == where::choices && i == 0) w = where::choice;
+            if (f->w == where::tool_calls) w = where::tool_call;
+        } else {
+            w = field_;
+            field_ = where::skip;
+        }
+        switch (w) {
+            case where::root:
+                if (!object) c.dom = true;  // parse_event says "not an object"
+                return w;
+            case where::error:
+                c.dom = true;
+                return where::skip;
+            case where::usage:
+                c.usage = object;
+                c.prompt_tokens = c.completion_tokens = c.cached_tokens = nullptr;
+                return object ? w : where::skip;
+            case where::usage_details:
+                c.cached_tokens = nullptr;
+                return object ? w : where::skip;
+            case where::prompt_tokens:
+                c.prompt_tokens = nullptr;
+                return w;
+            case where::completion_tokens:
+                c.completion_tokens = nullptr;
+                return w;
+            case where::cached_tokens:
+                c.cached_tokens = nullptr;
+                return w;
+            case where::choices:
+                c.choice = false;
+                reset_delta();
+                c.finish_reason.reset();
+                return array ? w : where::skip;
+            case where::choice:
+                c.choice = object;
+                return object ? w : where::skip;
+            case where::delta:
+                reset_delta();
+                c.delta = object;
+                return object ? w : where::skip;
+            case where::content:
+                c.content.reset();
+                return w;
+            case where::tool_calls:
+                c.tool_calls.clear();
+                return array ? w : where::skip;
+            case where::tool_call:
+                if (!object) return where::skip;
+                c.tool_calls.emplace_back();
+                return w;
+            case where::index:
+                c.tool_calls.back().index = nullptr;
+                return w;
+            case where::id:
+                c.tool_calls.back().id.reset();
+                return w;
+            case where::function: {
+                auto& tc = c.tool_calls.back();
+                tc.function = object;
+                tc.name.reset();
+                tc.arguments.reset();
+                return object ? w : where::skip;
+            }
+            case where::name:
+                c.tool_calls.back().name.reset();
+                return w;
+            case where::arguments:
+                c.tool_calls.back().arguments.reset();
+                return w;
+            case where::finish_reason:
+                c.finish_reason.reset();
+                return w;
+            default:
+                if (const auto r = reasoning_index(w)) c.reasoning[*r].reset();
+                return w;
+        }
+    }
+
+    static std::optional<std::size_t> reasoning_index(where w) {
+        static_assert(std::size(reasoning_fields) == 3, "one where:: per reasoning field");
+        if (w < where::reasoning0 || w > where::reasoning2) return std::nullopt;
+        return static_cast<std::size_t>(w) - static_cast<std::size_t>(where::reasoning0);
+    }
+
+    void reset_delta() {
+        c.delta = false;
+        c.content.reset();
+        for (auto& r : c.reasoning) r.reset();
+        c.tool_calls.clear();
+    }
+
+    std::optional<std::string>* string_field(where w) {
+        switch (w) {
+            case where::content:
+                return &c.content;
+            case where::id:
+                return &c.tool_calls.back().id;
+            case where::name:
+                return &c.tool_calls.back().name;
+            case where::arguments:
+                return &c.tool_calls.back().arguments;
+            case where::finish_reason:
+                return &c.finish_reason;
+            default:
+                if (const auto r = reasoning_index(w)) return &c.reasoning[*r];
+                return nullptr;
+        }
+    }
+
+    bool number(json::value v) {
+        switch (begin_value(false, false)) {
+            case where::prompt_tokens:
+                c.prompt_tokens = v;
+                break;
+            case where::completion_tokens:
+                c.completion_tokens = v;
+                break;
+            case where::cached_tokens:
+                c.cached_tokens = v;
+                break;
+            case where::index:
+                c.tool_calls.back().index = v;
+                break;
+            default:
+                break;
+        }
+        return true;
+    }
+
+    // the innermost container, or null at the root and below the stack's depth (never reached:
+    // the parser refuses more than parse_options' max_depth, 32)
+    frame* top() { return depth_ == 0 || depth_ > stack_.size() ? nullptr : &stack_[depth_ - 1]; }
+    const frame* top() const {
+        return depth_ == 0 || depth_ > stack_.size() ? nullptr : &stack_[depth_ - 1];
+    }
+    void push(where w, bool array) {
+        if (depth_ < stack_.size()) stack_[depth_] = frame{w, array, 0};
+        ++depth_;
+    }
+    bool pop() {
+        --depth_;
+        return true;
+    }
+
+    std::array<frame, 64> stack_{};  // deeper than parse_options' max_depth (32)
+    std::size_t depth_ = 0;
+    where field_ = where::skip;  // the value after the latest key
+    std::string part_;           // a key or string given in parts
+};
+
 class openai_decoder final : public stream_decoder {
   public:
     void on_event(const sse_event& ev, message& out, stream_observer& observer) override {
@@ -49,85 +386,22 @@ class openai_decoder final : public stream_decoder {
             done(out);
             return;
         }
-        event_scratch scratch;
-        const json::object* obj = parse_event(ev, out, scratch);
-        if (!obj) return;
-        const auto& o = *obj;
-        if (const auto* e = o.if_contains("error")) {
-            std::string msg, type;
-            if (e->is_object())
-                error_from_object(e->get_object(), msg, type);
-            else
-                msg = e->is_string() ? std::string(e->get_string()) : compact_json(*e);
-            fail(out, stream_error_text(std::move(msg), type), type);
+        json::basic_parser<chunk_reader> parser(json::parse_options{});
+        if (read_chunk(parser, ev.data)) {
+            apply(parser.handler().c, out, observer);
             return;
         }
-        if (const auto* u = o.if_contains("usage"); u && u->is_object()) {
-            const auto& uo = u->get_object();
-            const std::int64_t prompt = int_of(uo.if_contains("prompt_tokens"));
-            std::int64_t cached = 0;
-            if (const auto* d = uo.if_contains("prompt_tokens_details"); d && d->is_object())
-                cached = int_of(d->get_object().if_contains("cached_tokens"));
-            out.usage.cache_read = std::min(cached, prompt);
-            out.usage.input = prompt - out.usage.cache_read;
-            out.usage.output = int_of(uo.if_contains("completion_tokens"));
-            out.usage.total_tokens = saturating_add(prompt, out.usage.output);
+        // a DOM says what is wrong, or reads what the reader refused: a number beyond a double
+        // in a value a repeated key replaced (the DOM keeps only the last)
+        const auto text = dom_text(ev, out);
+        if (!text) return;
+        // the DOM's own text has no repeated key and no such number: the reader takes it
+        json::basic_parser<chunk_reader> again(json::parse_options{});
+        if (!read_chunk(again, *text)) {
+            fail(out, "Invalid stream data from the provider: the event could not be read");
+            return;
         }
-        const auto* choices = o.if_contains("choices");
-        if (!choices || !choices->is_array() || choices->get_array().empty()) return;
-        const auto& ch0 = choices->get_array()[0];
-        if (!ch0.is_object()) return;
-        const auto& choice = ch0.get_object();
-        if (const auto* d = choice.if_contains("delta"); d && d->is_object()) {
-            const auto& delta = d->get_object();
-            if (const auto* c = delta.if_contains("content");
-                c && c->is_string() && !c->get_string().empty()) {
-                const std::string_view piece = c->get_string();
-                if (out.content.empty() ||
-                    !std::holds_alternative<text_block>(out.content.back())) {
-                    if (!new_block(out)) return;
-                    out.content.emplace_back(text_block{});
-                }
-                if (!grow(out, piece.size())) return;
-                std::get<text_block>(out.content.back()).text.append(piece);
-                observer.on_text_delta(out, piece);
-            }
-            if (!reasoning(delta, out, observer)) return;
-            if (const auto* tcs = delta.if_contains("tool_calls"); tcs && tcs->is_array()) {
-                for (const auto& tcv : tcs->get_array()) {
-                    if (!tcv.is_object()) continue;
-                    const auto& tc = tcv.get_object();
-                    const std::int64_t idx = int_of(tc.if_contains("index"));
-                    auto it = by_index_.find(idx);
-                    if (it == by_index_.end()) {
-                        if (!new_block(out)) return;
-                        out.content.emplace_back(tool_call_block{});
-                        it = by_index_.emplace(idx, out.content.size() - 1).first;
-                        tool_args_[it->second];
-                    }
-                    auto& block = std::get<tool_call_block>(out.content[it->second]);
-                    if (const auto* id = tc.if_contains("id");
-                        id && id->is_string() && !id->get_string().empty() &&
-                        !set_tool_field(out, block.id, id->get_string(), "id"))
-                        return;
-                    if (const auto* fn = tc.if_contains("function"); fn && fn->is_object()) {
-                        const auto& f = fn->get_object();
-                        if (const auto* n = f.if_contains("name");
-                            n && n->is_string() && !n->get_string().empty() &&
-                            !set_tool_field(out, block.name, n->get_string(), "name"))
-                            return;
-                        if (const auto* a = f.if_contains("arguments");
-                            a && a->is_string() && !a->get_string().empty()) {
-                            if (!grow(out, a->get_string().size())) return;
-                            tool_args_[it->second].append(a->get_string());
-                            notify_tool_delta(observer, out, a->get_string());
-                        }
-                    }
-                }
-            }
-        }
-        if (const auto* f = choice.if_contains("finish_reason"); f && f->is_string())
-            finish_reason_ = f->get_string();
+        apply(again.handler().c, out, observer);
     }
 
     void on_end(message& out) override {
@@ -140,14 +414,63 @@ class openai_decoder final : public stream_decoder {
     }
 
   private:
+    // What the event says, into the reply: usage, text, reasoning, tool calls, finish reason.
+    void apply(const chunk& c, message& out, stream_observer& observer) {
+        if (c.usage) {
+            const std::int64_t prompt = int_of(&c.prompt_tokens);
+            out.usage.cache_read = std::min(int_of(&c.cached_tokens), prompt);
+            out.usage.input = prompt - out.usage.cache_read;
+            out.usage.output = int_of(&c.completion_tokens);
+            out.usage.total_tokens = saturating_add(prompt, out.usage.output);
+        }
+        if (!c.choice) return;
+        if (c.delta) {
+            if (c.content && !c.content->empty()) {
+                const std::string_view piece = *c.content;
+                if (out.content.empty() ||
+                    !std::holds_alternative<text_block>(out.content.back())) {
+                    if (!new_block(out)) return;
+                    out.content.emplace_back(text_block{});
+                }
+                if (!grow(out, piece.size())) return;
+                std::get<text_block>(out.content.back()).text.append(piece);
+                observer.on_text_delta(out, piece);
+            }
+            if (!reasoning(c, out, observer)) return;
+            for (const auto& tc : c.tool_calls) {
+                const std::int64_t idx = int_of(&tc.index);
+                auto it = by_index_.find(idx);
+                if (it == by_index_.end()) {
+                    if (!new_block(out)) return;
+                    out.content.emplace_back(tool_call_block{});
+                    it = by_index_.emplace(idx, out.content.size() - 1).first;
+                    tool_args_[it->second];
+                }
+                auto& block = std::get<tool_call_block>(out.content[it->second]);
+                if (tc.id && !tc.id->empty() && !set_tool_field(out, block.id, *tc.id, "id"))
+                    return;
+                if (!tc.function) continue;
+                if (tc.name && !tc.name->empty() &&
+                    !set_tool_field(out, block.name, *tc.name, "name"))
+                    return;
+                if (tc.arguments && !tc.arguments->empty()) {
+                    if (!grow(out, tc.arguments->size())) return;
+                    tool_args_[it->second].append(*tc.arguments);
+                    notify_tool_delta(observer, out, *tc.arguments);
+                }
+            }
+        }
+        if (c.finish_reason) finish_reason_ = *c.finish_reason;
+    }
+
     // The reference's reasoning of compatible servers: the first non-empty field of
     // reasoning_fields in a delta goes into the reply's one thinking block, whose signature
     // names the field (it is sent back in it). False after failing the reply.
-    bool reasoning(const json::object& delta, message& out, stream_observer& observer) {
-        for (const std::string_view field : reasoning_fields) {
-            const auto* r = delta.if_contains(field);
-            if (!r || !r->is_string() || r->get_string().empty()) continue;
-            const std::string_view piece = r->get_string();
+    bool reasoning(const chunk& c, message& out, stream_observer& observer) {
+        for (std::size_t i = 0; i < std::size(reasoning_fields); ++i) {
+            if (!c.reasoning[i] || c.reasoning[i]->empty()) continue;
+            const std::string_view field = reasoning_fields[i];
+            const std::string_view piece = *c.reasoning[i];
             if (!thinking_) {
                 if (!new_block(out) || !grow(out, field.size())) return false;
                 out.content.emplace_back(thinking_block{"", std::string(field), false});
@@ -159,6 +482,31 @@ class openai_decoder final : public stream_decoder {
             break;
         }
         return true;
+    }
+
+    // The event's fields by the SAX reader (parser.handler().c); false when it is left to a DOM
+    // (a top-level "error", a number beyond a double, text that is not one JSON object).
+    static bool read_chunk(json::basic_parser<chunk_reader>& parser, std::string_view text) {
+        json::error_code ec;
+        const std::size_t used = parser.write_some(false, text.data(), text.size(), ec);
+        return !ec && used == text.size() && !parser.handler().c.dom;
+    }
+
+    // The event as a DOM: an error fails the reply (nullopt), else the DOM's own text.
+    std::optional<std::string> dom_text(const sse_event& ev, message& out) {
+        event_scratch scratch;
+        const json::object* obj = parse_event(ev, out, scratch);
+        if (!obj) return std::nullopt;
+        if (const auto* e = obj->if_contains("error")) {
+            std::string msg, type;
+            if (e->is_object())
+                error_from_object(e->get_object(), msg, type);
+            else
+                msg = e->is_string() ? std::string(e->get_string()) : compact_json(*e);
+            fail_error_event(out, std::move(msg), std::move(type));
+            return std::nullopt;
+        }
+        return json::serialize(*obj);
     }
 
     void done(message& out) {
@@ -231,6 +579,8 @@ std::string openai_body(const provider_request& req) {
         next();
         role_text(out, "system", req.system_prompt);
     }
+    const std::uint64_t thinking_format =
+        fragment_format(model_fragment_format(api_kind::openai_completions, req.model), 0);
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         next();
         // an assistant message with thinking is written for the model (its reasoning goes back)
@@ -240,8 +590,7 @@ std::string openai_body(const provider_request& req) {
                                 return std::holds_alternative<thinking_block>(b);
                             });
         const std::uint64_t format =
-            thinks ? model_fragment_format(api_kind::openai_completions, req.model, 0)
-                   : std::uint64_t(api_kind::openai_completions);
+            thinks ? thinking_format : std::uint64_t(api_kind::openai_completions);
         append_message(out, req, i, format, [&](const message& m) {
             switch (m.role) {
                 case message_role::user:

@@ -134,7 +134,7 @@ class responses_decoder final : public stream_decoder {
                 msg = string_of(o, "message");
                 code = string_of(o, "code");
             }
-            fail(out, stream_error_text(std::move(msg), code), code);
+            fail_error_event(out, std::move(msg), std::move(code));
         }
         // response.created, response.in_progress, *.done of parts and texts, and unknown events
         // are ignored (the API may add event types)
@@ -450,12 +450,12 @@ std::string openai_responses_body(const provider_request& req) {
     // the reference's index of the messages sent ("msg_<n>"): the kept texts depend on it and on
     // the model (whose own reasoning items and tool-call item ids are sent back)
     std::size_t msg_index = 0;
+    const std::uint64_t model_format = model_fragment_format(api_kind::openai_responses, req.model);
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         const std::size_t mark = out.size();
         if (!first) out.push_back(',');
         const std::size_t start = out.size();
-        append_message(out, req, i,
-                       model_fragment_format(api_kind::openai_responses, req.model, msg_index),
+        append_message(out, req, i, fragment_format(model_format, msg_index),
                        [&](const message& m) {
                            switch (m.role) {
                                case message_role::user:

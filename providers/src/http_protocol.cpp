@@ -123,6 +123,11 @@ void stream_decoder::fail(message& out, std::string text, std::string type) {
     state_ = state::error;
 }
 
+void stream_decoder::fail_error_event(message& out, std::string message, std::string type) {
+    std::string text = stream_error_text(std::move(message), type);
+    fail(out, std::move(text), std::move(type));
+}
+
 bool stream_decoder::finish_text_and_tools(message& out) {
     std::string non_finite;  // the first tool call whose arguments hold a number beyond a double
     for (auto& [index, raw] : tool_args_) {

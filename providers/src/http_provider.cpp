@@ -62,6 +62,14 @@ struct attempt_state {
     bool connect_timed_out = false;
     bool finished = false;
 
+    // The exchange's time limits (idle and attempt), kept by one watchdog timer per exchange
+    // that is re-armed only when it fires before a moved deadline: a read of the body arms no
+    // timer (Beast's per-operation timeouts armed and cancelled one for every read).
+    std::optional<stream_deadline> deadline;
+    std::optional<asio::steady_timer> watchdog;
+    bool exchanging = false;
+    bool timed_out = false;
+
     void close_all() {
         if (resolver) resolver->cancel();
         if (conn) conn->close();
@@ -220,6 +228,30 @@ asio::awaitable<std::string> connect(impl_ptr self, std::shared_ptr<attempt_stat
 
 // x-should-retry is kept on the message when message has the field (runtime/message.hpp).
 
+// Arms the exchange's watchdog at the deadline; when it fires with the deadline not moved past
+// now, the attempt has timed out: the connection is closed, so the read in flight ends.
+void arm_watchdog(const std::shared_ptr<attempt_state>& st) {
+    st->watchdog->expires_at(st->deadline->expiry());
+    st->watchdog->async_wait([st](boost::system::error_code ec) {
+        if (ec || !st->exchanging) return;
+        if (std::chrono::steady_clock::now() < st->deadline->expiry()) {
+            arm_watchdog(st);  // progress moved the deadline since it was armed
+            return;
+        }
+        st->timed_out = true;
+        if (st->conn) st->conn->close();
+    });
+}
+
+// exchange's watchdog for as long as it runs (whichever way it ends)
+struct watchdog_guard {
+    attempt_state& st;
+    ~watchdog_guard() {
+        st.exchanging = false;
+        st.watchdog->cancel();
+    }
+};
+
 struct slot_guard {
     asio::cancellation_slot slot;
     ~slot_guard() { slot.clear(); }
@@ -236,39 +268,47 @@ http_protocol::header_list headers_of(const http::fields& f) {
 // connection may be reused.
 template <typename Stream>
 asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st, Stream& stream,
-                               const std::string& body, const std::string& key, message& out,
+                               std::string body, const std::string& key, message& out,
                                stream_observer& observer) {
     auto& conn = *st->conn;
     const auto& o = self->opts;
     // idle timer (restarted by progress, not by SSE comments) and the attempt's deadline
-    stream_deadline deadline(st->started, o.stream_idle_timeout_ms, o.attempt_timeout_ms);
+    auto& deadline =
+        st->deadline.emplace(st->started, o.stream_idle_timeout_ms, o.attempt_timeout_ms);
     deadline.on_progress(std::chrono::steady_clock::now());
     const auto timeout_text = [&] {
         return deadline.timeout_text(std::chrono::steady_clock::now());
     };
+    conn.lowest().expires_never();  // the connect's deadline is not the exchange's
+    st->watchdog.emplace(conn.lowest().get_executor());
+    st->exchanging = true;
+    st->timed_out = false;
+    watchdog_guard watching{*st};
+    arm_watchdog(st);
 
-    http::request<http::string_body> req{http::verb::post, self->target, 11};
-    req.set(http::field::host, self->host_header);
-    req.set(http::field::user_agent, "coagent/0.1");
-    req.set(http::field::content_type, "application/json");
-    req.set(http::field::accept, "text/event-stream");
-    if (o.api == api_kind::anthropic_messages) {
-        req.set("anthropic-version", "2023-06-01");
-        if (!key.empty()) req.set("x-api-key", key);
-    } else if (!key.empty()) {
-        req.set(http::field::authorization, "Bearer " + key);
-    }
-    for (const auto& [k, v] : o.headers) req.set(k, v);
-    req.keep_alive(true);
-    req.body() = body;
-    req.prepare_payload();
-
-    conn.lowest().expires_at(deadline.expiry());
     {
+        // the request (its fields, the body moved in) is freed once sent: a streaming session
+        // does not hold it
+        http::request<http::string_body> req{http::verb::post, self->target, 11};
+        req.set(http::field::host, self->host_header);
+        req.set(http::field::user_agent, "coagent/0.1");
+        req.set(http::field::content_type, "application/json");
+        req.set(http::field::accept, "text/event-stream");
+        if (o.api == api_kind::anthropic_messages) {
+            req.set("anthropic-version", "2023-06-01");
+            if (!key.empty()) req.set("x-api-key", key);
+        } else if (!key.empty()) {
+            req.set(http::field::authorization, "Bearer " + key);
+        }
+        for (const auto& [k, v] : o.headers) req.set(k, v);
+        req.keep_alive(true);
+        req.body() = std::move(body);
+        req.prepare_payload();
+
         auto [ec, n] = co_await http::async_write(stream, req, tuple_awaitable);
         (void)n;
         if (st->aborted) co_return false;
-        if (ec == beast::error::timeout) {
+        if (st->timed_out) {
             set_error(out, timeout_text());
             co_return false;
         }
@@ -283,13 +323,12 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
-    conn.lowest().expires_at(deadline.expiry());
     {
         auto [ec, n] =
             co_await http::async_read_header(stream, conn.buffer, parser, tuple_awaitable);
         (void)n;
         if (st->aborted) co_return false;
-        if (ec == beast::error::timeout) {
+        if (st->timed_out) {
             set_error(out, timeout_text());
             co_return false;
         }
@@ -301,15 +340,15 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     }
     deadline.on_progress(std::chrono::steady_clock::now());  // the headers came
     const int status = static_cast<int>(parser.get().result_int());
-    const auto headers = headers_of(parser.get().base());
     const std::string content_type = lower(parser.get()[http::field::content_type]);
     const bool streamed = status >= 200 && status < 300 &&
                           content_type.find("text/event-stream") != std::string::npos;
 
-    // the body's bytes of one read, in this frame (which lives as long as the stream): 4 KiB
-    // (16 KiB made a streaming session's memory 29 KiB; the socket's bytes wait in conn.buffer,
-    // so a smaller one costs more loops here, not more reads of the socket)
-    std::array<char, 4 * 1024> buf;
+    // the body's bytes of one read, in this frame (which lives as long as the stream): 2 KiB
+    // (16 KiB made a streaming session's memory 29 KiB, 4 KiB 16 KiB; the socket's bytes wait in
+    // conn.buffer, so a smaller one costs more loops here, not more reads of the socket: a paced
+    // stream's read is one event of a few hundred bytes)
+    std::array<char, 2 * 1024> buf;
     std::string collected;  // error (or unexpected) body
     sse_parser sse;
     auto decoder = stream_decoder::make(o.api);
@@ -319,12 +358,15 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     while (!parser.is_done()) {
         parser.get().body().data = buf.data();
         parser.get().body().size = buf.size();
-        conn.lowest().expires_at(deadline.expiry());
         auto [ec, n] = co_await http::async_read_some(stream, conn.buffer, parser, tuple_awaitable);
         (void)n;
         if (ec == http::error::need_buffer) ec = {};
         const std::size_t got = buf.size() - parser.get().body().size;
         if (st->aborted) co_return false;
+        if (st->timed_out) {
+            set_error(out, timeout_text());
+            co_return false;
+        }
         if (got > 0) {
             const std::string_view bytes(buf.data(), got);
             const std::uint64_t progress_before = sse.progress();
@@ -346,10 +388,6 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
             if (!streamed && collected.size() < max_error_body) {
                 collected.append(bytes.substr(0, max_error_body - collected.size()));
             }
-        }
-        if (ec == beast::error::timeout) {
-            set_error(out, timeout_text());
-            co_return false;
         }
         if (ec) {
             body_error = true;
@@ -380,6 +418,8 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     } else {
         d = http_error_text(status, collected);
     }
+    // the response's headers as the protocol reads them, only for an error (the parser keeps them)
+    const auto headers = headers_of(parser.get().base());
     append_retry_hint(d.text, retry_hint_from_headers(headers, self->now()));
     out.stop = stop_reason::error;
     out.error_message = std::move(d.text);
@@ -496,7 +536,7 @@ asio::awaitable<void> http_provider::stream(const provider_request& req, message
         set_error(out, self->cleartext_refusal);
         co_return;
     }
-    const std::string body = build_request_body(self->opts.api, req);
+    std::string body = build_request_body(self->opts.api, req);
 
     st->conn = self->acquire(ex);
     if (!st->conn) {
@@ -516,9 +556,9 @@ asio::awaitable<void> http_provider::stream(const provider_request& req, message
 
     bool reuse = false;
     if (st->conn->tls)
-        reuse = co_await exchange(self, st, *st->conn->tls, body, key, out, observer);
+        reuse = co_await exchange(self, st, *st->conn->tls, std::move(body), key, out, observer);
     else
-        reuse = co_await exchange(self, st, st->conn->plain, body, key, out, observer);
+        reuse = co_await exchange(self, st, st->conn->plain, std::move(body), key, out, observer);
 
     if (st->aborted || abort.requested()) {
         st->close_all();

@@ -155,10 +155,9 @@ inline void append_tools(std::string& out, const std::vector<tool_definition>& t
 }
 
 // The format (wire_fragments) of a message whose text depends on the model (its own reasoning is
-// sent back, another's is not) and on `salt`: FNV-1a over the API and the model's provider, api
-// and id, with the high bit set (never an API's small number).
-inline std::uint64_t model_fragment_format(api_kind k, const model_info& model,
-                                           std::uint64_t salt) {
+// sent back, another's is not): FNV-1a over the API and the model's provider, api and id, once
+// per request; fragment_format() adds what else the text depends on.
+inline std::uint64_t model_fragment_format(api_kind k, const model_info& model) {
     std::uint64_t h = 14695981039346656037ull ^ static_cast<std::uint64_t>(k);
     for (const std::string* s : {&model.provider, &model.api, &model.id}) {
         for (const unsigned char ch : *s) {
@@ -168,8 +167,11 @@ inline std::uint64_t model_fragment_format(api_kind k, const model_info& model,
         h ^= 0xff;
         h *= 1099511628211ull;
     }
-    h ^= salt * 0x9e3779b97f4a7c15ull;
-    return h | (std::uint64_t{1} << 63);
+    return h;
+}
+// model_fragment_format's `model` and `salt`, with the high bit set (never an API's small number)
+inline std::uint64_t fragment_format(std::uint64_t model, std::uint64_t salt) noexcept {
+    return (model ^ salt * 0x9e3779b97f4a7c15ull) | (std::uint64_t{1} << 63);
 }
 
 // Message `i` of `req` into `out`: the text kept for it by an earlier request of the

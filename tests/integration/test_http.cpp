@@ -204,6 +204,130 @@ TEST_CASE("fixed finding 1: a number beyond a double in a provider's stream is a
     CHECK(http_protocol::http_error_text(400, R"({"n":1e400})").text == R"(400 {"n":1e400})");
 }
 
+TEST_CASE("openai-completions: the SAX reader reads an event as its DOM would",
+          "[http][protocol]") {
+    const auto decode = [](std::initializer_list<std::string_view> events) {
+        std::string body;
+        for (const auto e : events) body += "data: " + std::string(e) + "\n\n";
+        return decode_stream(api_kind::openai_completions, body);
+    };
+    const std::string_view stop = R"({"choices":[{"delta":{},"finish_reason":"stop"}]})";
+    // a repeated key: the last one wins, a container's whole value too
+    auto m = decode({R"({"choices":[{"delta":{"content":"a","content":"b"}}]})", stop, "[DONE]"});
+    CHECK(text_of(m) == "b");
+    m = decode({R"({"choices":[{"delta":{"content":"a","content":5}}]})", stop, "[DONE]"});
+    CHECK(text_of(m).empty());
+    m = decode({R"({"choices":[{"delta":{"content":"a"},"delta":{"role":"assistant"}}]})", stop,
+                "[DONE]"});
+    CHECK(text_of(m).empty());
+    m = decode({R"({"choices":[{"delta":{"content":"a"}}],"choices":[]})", stop, "[DONE]"});
+    CHECK(text_of(m).empty());
+    m = decode(
+        {R"({"usage":{"prompt_tokens":5,"completion_tokens":1},"usage":{"completion_tokens":2}})",
+         stop, "[DONE]"});
+    CHECK(m.usage.input == 0);
+    CHECK(m.usage.output == 2);
+    m = decode({R"({"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{"content":1}}]})",
+                stop, "[DONE]"});
+    CHECK(text_of(m).empty());
+    // only choices[0], and only when it is an object; a delta that is not one still lets
+    // finish_reason through
+    m = decode(
+        {R"({"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]})", stop, "[DONE]"});
+    CHECK(text_of(m) == "a");
+    m = decode({R"({"choices":["x",{"delta":{"content":"b"}}]})", stop, "[DONE]"});
+    CHECK(text_of(m).empty());
+    m = decode({R"({"choices":[{"delta":"x","finish_reason":"length"}]})", "[DONE]"});
+    CHECK(m.stop == stop_reason::length);
+    // keys and strings with escapes (given to the reader in parts)
+    m = decode({R"({"choices":[{"delta":{"cont\u0065nt":"h\u00e9\n\"q\""}}]})", stop, "[DONE]"});
+    CHECK(text_of(m) == "h\xc3\xa9\n\"q\"");
+    // the reasoning fields in the reference's order of preference, whatever their order here
+    m = decode({R"({"choices":[{"delta":{"reasoning":"second","reasoning_content":"first"}}]})",
+                stop, "[DONE]"});
+    REQUIRE(m.content.size() == 1);
+    const auto* th = std::get_if<thinking_block>(&m.content[0]);
+    REQUIRE(th);
+    CHECK(th->thinking == "first");
+    CHECK(th->signature == "reasoning_content");
+    // usage with cached tokens
+    m = decode(
+        {R"({"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}},"choices":[]})",
+         stop, "[DONE]"});
+    CHECK(m.usage.input == 6);
+    CHECK(m.usage.cache_read == 4);
+    CHECK(m.usage.output == 3);
+    CHECK(m.usage.total_tokens == 13);
+    // tool calls over events by index; an element that is not an object is skipped; without a
+    // "function" object only the id is read
+    m = decode(
+        {R"({"choices":[{"delta":{"tool_calls":[7,{"index":0,"id":"c1","function":{"name":"calc","arguments":"{\"a\":"}},{"index":1,"id":"c2","function":"f"}]}}]})",
+         R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}},{"index":1,"function":{"name":"echo","arguments":"{}"}}]}}]})",
+         R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})", "[DONE]"});
+    CHECK(m.stop == stop_reason::tool_use);
+    const auto calls = tool_calls_of(m);
+    REQUIRE(calls.size() == 2);
+    CHECK(calls[0]->id == "c1");
+    CHECK(calls[0]->name == "calc");
+    CHECK(boost::json::serialize(calls[0]->arguments) == R"({"a":1})");
+    CHECK(calls[1]->id == "c2");
+    CHECK(calls[1]->name == "echo");
+    // read as a DOM: an error, a number beyond a double anywhere (in a field nobody reads too),
+    // text that is not JSON or not an object
+    m = decode({R"({"error":{"message":"Overloaded","type":"overloaded_error"}})"});
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message == "overloaded_error: Overloaded");
+    m = decode({R"({"choices":[{"delta":{"content":"a"}}],"error":"went away"})"});
+    CHECK(m.error_message == "went away");
+    CHECK(text_of(m).empty());
+    m = decode({R"({"created":1e999,"choices":[{"delta":{"content":"a"}}]})"});
+    CHECK(m.error_message ==
+          "Invalid stream data from the provider: number out of range at \"created\" (a JSON "
+          "number must fit a double: at most about 1.8e308)");
+    CHECK(text_of(m).empty());
+    m = decode({R"({"choices":[{"delta":{"content":"a"}})"});
+    CHECK(m.stop == stop_reason::error);
+    CHECK(m.error_message.value_or("").starts_with("Invalid stream data from the provider: "));
+    CHECK(text_of(m).empty());
+    m = decode({R"({"choices":[]} {})"});
+    CHECK(m.error_message.value_or("").starts_with("Invalid stream data from the provider: "));
+    m = decode({R"(["choices"])"});
+    CHECK(m.error_message == "Invalid stream data from the provider: not an object");
+    // a number beyond a double in a value a repeated key replaced: the DOM drops it, so does the
+    // decoder
+    m = decode({R"({"x":1e400,"x":1,"choices":[{"delta":{"content":"hi"}}]})", stop, "[DONE]"});
+    CHECK(m.stop == stop_reason::stop);
+    CHECK(text_of(m) == "hi");
+    m = decode(
+        {R"({"usage":{"prompt_tokens":1e400},"usage":{"prompt_tokens":3}})",
+         R"({"choices":[{"delta":{"content":-1e999}}],"choices":[{"delta":{"content":"b"}}]})",
+         stop, "[DONE]"});
+    CHECK(m.usage.input == 3);
+    CHECK(text_of(m) == "b");
+    // more repeated and misplaced keys, as a DOM reads them
+    m = decode(
+        {R"({"choices":[{"delta":{"tool_calls":[[1],{"index":0,"index":2,"id":"a","function":{"name":"x"},"function":{"arguments":"{}"}}],"tool_calls":[{"index":2,"id":"b","function":{"name":"y","arguments":"{}"}}]}}]})",
+         R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})", "[DONE]"});
+    REQUIRE(tool_calls_of(m).size() == 1);
+    CHECK(tool_calls_of(m)[0]->id == "b");
+    CHECK(tool_calls_of(m)[0]->name == "y");
+    m = decode(
+        {R"({"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4},"prompt_tokens_details":7}})",
+         R"({"choices":[[{"delta":{"content":"no"}}]],"nested":{"error":"not this one"}})", stop,
+         "[DONE]"});
+    CHECK(m.stop == stop_reason::stop);
+    CHECK(m.usage.input == 9);
+    CHECK(m.usage.cache_read == 0);
+    CHECK(text_of(m).empty());
+    // a long escaped string reaches the reader in parts
+    std::string long_text(6000, 'a');
+    std::string escaped;
+    for (char ch : long_text) escaped += ch == 'a' ? std::string("\\u0061") : std::string(1, ch);
+    const std::string long_event = R"({"choices":[{"delta":{"content":")" + escaped + R"("}}]})";
+    m = decode({long_event, stop, "[DONE]"});
+    CHECK(text_of(m) == long_text);
+}
+
 TEST_CASE("fixed finding 9: provider usage beyond int64 saturates", "[http][protocol][limits]") {
     auto m = decode_stream(
         api_kind::anthropic_messages,
@@ -1345,29 +1469,44 @@ TEST_CASE(
     CHECK(statuses == std::vector<int>{503, 503, 503, 503, 503, 200, 500});
 }
 
-TEST_CASE("openai-completions: a streamed reply with usage over loopback", "[http][loopback]") {
-    loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
-    http_provider p(lb.options(api_kind::openai_completions));
-    recording_observer obs;
-    abort_signal abort;
-    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
-    CHECK(out.stop == stop_reason::stop);
-    CHECK_FALSE(out.error_message);
-    CHECK(text_of(out) == "Hello there friend");
-    CHECK(obs.starts == 1);
-    CHECK(obs.deltas == strings{"Hello", " there", " friend"});
-    CHECK(out.usage.input == 11);
-    CHECK(out.usage.cache_read == 4);
-    CHECK(out.usage.output == 3);
-    CHECK(out.usage.total_tokens == 18);
-    auto reqs = lb.server->requests();
-    REQUIRE(reqs.size() == 1);
-    CHECK(reqs[0].path == "/v1/chat/completions");
-    CHECK(reqs[0].authorization == "Bearer sk-test-0001");
-    CHECK(reqs[0].x_api_key.empty());
-    CHECK(reqs[0].roles == strings{"system", "user"});
-    CHECK(reqs[0].model == "fake-model");
-    CHECK(reqs[0].stream);
+TEST_CASE("both OpenAI APIs: a streamed reply with usage over loopback",
+          "[http][loopback][responses]") {
+    for (const auto api : {api_kind::openai_completions, api_kind::openai_responses}) {
+        INFO(to_string(api));
+        loopback lb(
+            R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
+        http_provider p(lb.options(api));
+        recording_observer obs;
+        abort_signal abort;
+        auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(out.stop == stop_reason::stop);
+        CHECK_FALSE(out.error_message);
+        CHECK(text_of(out) == "Hello there friend");
+        CHECK(obs.starts == 1);
+        CHECK(obs.deltas == strings{"Hello", " there", " friend"});
+        CHECK(out.usage.input == 11);
+        CHECK(out.usage.cache_read == 4);
+        CHECK(out.usage.output == 3);
+        CHECK(out.usage.total_tokens == 18);
+        auto reqs = lb.server->requests();
+        REQUIRE(reqs.size() == 1);
+        CHECK(reqs[0].authorization == "Bearer sk-test-0001");
+        CHECK(reqs[0].x_api_key.empty());
+        CHECK(reqs[0].roles == strings{"system", "user"});
+        CHECK(fakellm::to_json(reqs[0]).at("api") == json::value(to_string(api)));
+        if (api == api_kind::openai_completions) {
+            CHECK(reqs[0].path == "/v1/chat/completions");
+            CHECK(reqs[0].model == "fake-model");
+            CHECK(reqs[0].stream);
+        } else {
+            CHECK(reqs[0].path == "/v1/responses");
+            CHECK(
+                reqs[0].body ==
+                R"({"model":"fake-model","input":[{"role":"system","content":"be brief"},)"
+                R"({"role":"user","content":[{"type":"input_text","text":"hi"}]}],)"
+                R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096})");
+        }
+    }
 }
 
 TEST_CASE("issue 24: fakellm streams signed thinking, the next request sends it back unchanged",
@@ -1606,36 +1745,6 @@ TEST_CASE("tool calls stream in the three APIs", "[http][loopback]") {
         CHECK(calls[0]->arguments.at("path") == "README.md");
         CHECK(calls[0]->arguments.at("n") == 2);
     }
-}
-
-TEST_CASE("openai-responses: a streamed reply with usage over loopback",
-          "[http][loopback][responses]") {
-    loopback lb(R"([{"text":"Hello there friend","usage":{"input":11,"output":3,"cacheRead":4}}])");
-    http_provider p(lb.options(api_kind::openai_responses));
-    recording_observer obs;
-    abort_signal abort;
-    auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
-    CHECK(out.stop == stop_reason::stop);
-    CHECK_FALSE(out.error_message);
-    CHECK(text_of(out) == "Hello there friend");
-    CHECK(obs.starts == 1);
-    CHECK(obs.deltas == strings{"Hello", " there", " friend"});
-    CHECK(out.usage.input == 11);
-    CHECK(out.usage.cache_read == 4);
-    CHECK(out.usage.output == 3);
-    CHECK(out.usage.total_tokens == 18);
-    auto reqs = lb.server->requests();
-    REQUIRE(reqs.size() == 1);
-    CHECK(reqs[0].path == "/v1/responses");
-    CHECK(reqs[0].authorization == "Bearer sk-test-0001");
-    CHECK(reqs[0].x_api_key.empty());
-    CHECK(reqs[0].roles == strings{"system", "user"});
-    CHECK(
-        reqs[0].body ==
-        R"({"model":"fake-model","input":[{"role":"system","content":"be brief"},)"
-        R"({"role":"user","content":[{"type":"input_text","text":"hi"}]}],)"
-        R"("stream":true,"prompt_cache_key":"session-1","store":false,"max_output_tokens":4096})");
-    CHECK(fakellm::to_json(reqs[0]).at("api") == "openai-responses");
 }
 
 TEST_CASE("openai-responses: a tool call round trip, the second request's exact body",

@@ -4,6 +4,7 @@
 set -uo pipefail
 COAGENT=$(realpath "$1")
 DATA=$(realpath "$2")
+source "$(dirname "$0")/../checks.sh"  # check, contains, equals
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export COAGENT_DIR="$work/home"
@@ -16,14 +17,6 @@ mkdir -p "$COAGENT_DIR"
 echo '{"retry":{"baseDelayMs":1}}' > "$COAGENT_DIR/settings.json"
 cd "$work"
 
-passed=0
-failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
-}
-contains() { grep -qF -- "$2" "$1"; }
-equals() { [ "$(cat "$1")" = "$2" ]; }
 
 two_errors='[{"error":"503 Service Unavailable: upstream overloaded","status":503,"times":2},{"text":"Hello there"}]'
 

@@ -15,6 +15,7 @@ set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
 COAGENT=$(realpath "$1")
 FAKELLM=$(realpath "$2")
+source "$(dirname "$0")/../checks.sh"  # check, wait_for, free_port, start_redis, …
 work=$(mktemp -d)
 fake_pid=""
 cleanup() {
@@ -25,22 +26,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
-}
-contains() { grep -qF -- "$2" "$1"; }
-count() { grep -cF -- "$2" "$1"; }
-wait_for() {  # wait_for FILE TEXT [SECONDS]: a real-time cap, never a fixed sleep
-  local deadline=$((SECONDS + ${3:-10}))
-  until grep -qF -- "$2" "$1" 2>/dev/null; do
-    [ $SECONDS -ge $deadline ] && return 1
-    sleep 0.02
-  done
-}
-now_ms() { date +%s%3N; }
 types() { jq -r 'select(.type != "message_update") | .type' "$1" | tr '\n' ' '; }
 
 limit='{"status":429,"headers":{"retry-after-ms":"4000"},"body":{"error":{"message":"You have reached your usage limit for this period"}}}'

@@ -16,9 +16,8 @@ set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
 COAGENT=$(realpath "$1")
 FAKELLM=$(realpath "$2")
-command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/setup.sh)" >&2; exit 1; }
+source "$(dirname "$0")/../checks.sh"  # check, wait_for, free_port, start_redis, …
 work=$(mktemp -d)
-redis_pid=""
 fake_pid=""
 pids=()
 feeders=()
@@ -32,29 +31,6 @@ cleanup() {
 trap cleanup EXIT
 cd "$work"
 
-passed=0
-failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
-}
-count() { grep -cF -- "$2" "$1"; }
-wait_for() {  # wait_for FILE TEXT [SECONDS]: a real-time cap, never a fixed sleep
-  local deadline=$((SECONDS + ${3:-10}))
-  until grep -qF -- "$2" "$1" 2>/dev/null; do
-    [ $SECONDS -ge $deadline ] && return 1
-    sleep 0.02
-  done
-}
-wait_count() {  # wait_count FILE TEXT N [SECONDS]: until FILE holds TEXT N times
-  local deadline=$((SECONDS + ${4:-10}))
-  until [ "$(grep -cF -- "$2" "$1" 2>/dev/null)" -ge "$3" ]; do
-    [ $SECONDS -ge $deadline ] && return 1
-    sleep 0.02
-  done
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-now_ms() { date +%s%3N; }
 sleep_until() {  # sleep_until EPOCH-MS
   local left=$(( $1 - $(now_ms) ))
   [ "$left" -gt 0 ] && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
@@ -62,14 +38,7 @@ sleep_until() {  # sleep_until EPOCH-MS
 }
 
 port=$(free_port)
-redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
-  >"$work/redis.log" 2>&1 &
-redis_pid=$!
-deadline=$((SECONDS + 10))
-until redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; do
-  [ $SECONDS -ge $deadline ] && { echo "redis-server did not start" >&2; cat "$work/redis.log" >&2; exit 1; }
-  sleep 0.02
-done
+start_redis
 
 limit() {  # limit MS: a usage limit that resets in MS
   echo '{"status":429,"headers":{"retry-after-ms":"'$1'"},"body":{"error":{"message":"You have reached your usage limit for this period"}}}'

@@ -7,9 +7,8 @@ set -uo pipefail
 exec </dev/null  # an inherited stdin would join the prompt
 COAGENT=$(realpath "$1")
 FAKELLM=$(realpath "$2")
-command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/setup.sh)" >&2; exit 1; }
+source "$(dirname "$0")/../checks.sh"  # check, wait_for, free_port, start_redis, …
 work=$(mktemp -d)
-redis_pid=""
 cleanup() {
   [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
   [ -n "${rpc_pid:-}" ] && kill "$rpc_pid" 2>/dev/null
@@ -20,36 +19,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$work"
 
-passed=0
-failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $name" >&2; fi
-}
-contains() { grep -qF -- "$2" "$1"; }
-count() { grep -cF -- "$2" "$1"; }
-# wait_for FILE TEXT [SECONDS]: until FILE contains TEXT (a real-time cap, never a fixed sleep)
-wait_for() {
-  local deadline=$((SECONDS + ${3:-10}))
-  until grep -qF -- "$2" "$1" 2>/dev/null; do
-    [ $SECONDS -ge $deadline ] && return 1
-    sleep 0.02
-  done
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 port=$(free_port)
-start_redis() {  # start_redis [extra redis-server args...]
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
-    "$@" >"$work/redis.log" 2>&1 3>&- &  # (not the RPC test's fifo: its EOF ends coagent)
-  redis_pid=$!
-  local deadline=$((SECONDS + 10))
-  until redis-cli -p "$port" ${REDIS_PASS:+-a "$REDIS_PASS" --no-auth-warning} ping 2>/dev/null | grep -q PONG; do
-    [ $SECONDS -ge $deadline ] && { echo "redis-server did not start" >&2; cat "$work/redis.log" >&2; exit 1; }
-    sleep 0.02
-  done
-}
-stop_redis() { kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; redis_pid=""; }
 rcli() { redis-cli -p "$port" "$@"; }
 key='coagent:{limits}:budget'
 

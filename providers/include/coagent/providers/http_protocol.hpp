@@ -115,6 +115,9 @@ class stream_decoder {
 
   protected:
     void fail(message& out, std::string text, std::string type = {});
+    /// fail() for the provider's own error event: its message, with its type in front when the
+    /// message does not name it ("overloaded_error: Overloaded"), and its type.
+    void fail_error_event(message& out, std::string message, std::string type);
     /// Parses the tool calls' arguments into their blocks. A number beyond the double range in
     /// them fails the reply (returns false); arguments that are not a JSON object stay empty.
     bool finish_text_and_tools(message& out);
