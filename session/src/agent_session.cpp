@@ -555,22 +555,18 @@ prompt_result refused_while_compacting() {
 }
 }  // namespace
 
-// every prompt's coroutine, made when async_prompt is called (so its frame is a block of its own
-// size, not one Asio's recycling allocator kept from a larger, freed frame of a run). The user
-// message comes as a pointer: a message by value would sit in this frame for the whole prompt
-asio::awaitable<prompt_result> agent_session::run_prompt(message_ptr user,
-                                                         streaming_behavior behavior,
-                                                         std::uint64_t id) {
-    if (busy_ || compacting_) co_return co_await prompt_while_busy(std::move(user), behavior, id);
+// a prompt's start, when its coroutine (perform) begins: false when the session is busy or
+// compacting (the prompt goes to prompt_while_busy); else the busy period begins with `s.first`
+bool agent_session::begin_prompt_loop(loop_start& s, run_state& st) {
+    if (busy_ || compacting_) return false;
     busy_ = true;
-    running_id_ = id;
+    running_id_ = s.id;
     abort_.reset();
-    run_state st;
-    st.pending = std::move(user);
-    st.id = id;
+    st.pending = std::move(s.user);
+    st.id = s.id;
     tel_prompt_start();
-    co_await perform(policy_.begin_prompt(), st);
-    co_return st.own_result ? std::move(*st.own_result) : last_result();
+    s.first = policy_.begin_prompt();
+    return true;
 }
 
 // a prompt while the session is busy or compacting: a coroutine of its own, so that what it keeps
@@ -655,28 +651,31 @@ asio::awaitable<prompt_result> agent_session::resume_park() {
     return async_resume_park(asio::use_awaitable);
 }
 
-asio::awaitable<prompt_result> agent_session::run_resume_park(std::uint64_t id) {
+// a resumed park's start: false (refused) when the session is busy or has no open park; else the
+// busy period begins parked, with `s.first`
+bool agent_session::begin_resumed_park(loop_start& s, run_state& st) {
     const auto park = find_open_park(history_.entries());
-    if (busy_ || compacting_ || !park) {
-        prompt_result r;
-        r.outcome = prompt_result::status::refused;
-        r.error = busy_ || compacting_ ? "The session is busy" : "The session has no open park";
-        co_return r;
-    }
+    if (busy_ || compacting_ || !park) return false;
     busy_ = true;
-    running_id_ = id;
+    running_id_ = s.id;
     abort_.reset();
-    run_state st;
-    st.id = id;
+    st.id = s.id;
     tel_prompt_start();
     drop_trailing_failed_assistant();  // it left the context when the park began (§3.9)
     st.continue_at = messages_.size();
-    const run_action first =
-        policy_.begin_parked(park->attempt, park->until, park->limit, park->error_message,
-                             park->provider, now_ms(), sink());
-    co_await perform(first, st);
-    co_return st.own_result ? std::move(*st.own_result) : last_result();
+    s.first = policy_.begin_parked(park->attempt, park->until, park->limit, park->error_message,
+                                   park->provider, now_ms(), sink());
+    return true;
 }
+
+namespace {
+prompt_result refused_resume_park(bool busy) {
+    prompt_result r;
+    r.outcome = prompt_result::status::refused;
+    r.error = busy ? "The session is busy" : "The session has no open park";
+    return r;
+}
+}  // namespace
 
 // perform's run: the next action is written to `a` (a run_action returned through co_await would
 // take room in perform's frame)
@@ -722,10 +721,17 @@ run_action agent_session::end_wait(run_action::kind what, bool elapsed, std::int
     return policy_.on_wait_done(elapsed, has_queued(), sink());
 }
 
-asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
+asio::awaitable<prompt_result> agent_session::perform(loop_start s) {
     // the frame of a session parked in a backoff: keep its locals few and small (a run's state
     // is in run_step's frame, which is gone while the session waits)
-    for (;;) {
+    run_state own;
+    run_state& st = s.st ? *s.st : own;
+    run_action& a = s.first;
+    if (s.what == loop_start::kind::prompt && !begin_prompt_loop(s, st))
+        co_return co_await prompt_while_busy(std::move(s.user), s.behavior, s.id);
+    if (s.what == loop_start::kind::resume_park && !begin_resumed_park(s, st))
+        co_return refused_resume_park(busy_ || compacting_);
+    for (bool going = true; going;) {
         switch (a.what) {
             case run_action::kind::run:
                 co_await run_step(st, a);
@@ -764,9 +770,11 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 break;
             case run_action::kind::settle:
                 settle(a.has_result);
-                co_return;
+                going = false;
+                break;
             case run_action::kind::summary_done:
-                co_return;
+                going = false;
+                break;
             case run_action::kind::omit_images:
                 drop_trailing_failed_assistant();
                 omit_older_images();
@@ -775,6 +783,8 @@ asio::awaitable<void> agent_session::perform(run_action a, run_state& st) {
                 break;
         }
     }
+    if (s.st) co_return prompt_result{};  // the caller's: it takes its own result
+    co_return st.own_result ? std::move(*st.own_result) : last_result();
 }
 
 bool agent_session::prefill_rejected(const model_info& m) const {
@@ -869,7 +879,7 @@ asio::awaitable<prompt_result> agent_session::queue_while_busy(message_ptr user,
                                      ? policy_.begin_prompt()
                                      : policy_.begin_handover(has_queued());
         tel_prompt_start();
-        co_await perform(first, st);
+        co_await perform(loop_start{loop_start::kind::action, {}, 0, {}, &st, first});
         if (!cancelled)
             co_return own_result ? std::move(*own_result)
             : st.own_result      ? std::move(*st.own_result)
@@ -912,7 +922,7 @@ asio::awaitable<message_ptr> agent_session::request_summary(provider_request req
     summary_state st;
     st.summary = true;
     st.request = &req;
-    co_await perform(policy_.begin_summary(), st);
+    co_await perform(loop_start{loop_start::kind::action, {}, 0, {}, &st, policy_.begin_summary()});
     // the summary request's chain was cancelled: that is why it failed
     if (policy_.summary_cancelled()) st.reply->error_message = retry_cancelled_text;
     co_return std::move(st.reply);

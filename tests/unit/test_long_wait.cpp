@@ -732,6 +732,8 @@ TEST_CASE(
     b.run_ready();
     REQUIRE(again);
     CHECK(again->outcome == prompt_result::status::refused);
+    CHECK(again->error == "The session has no open park");
+    CHECK_FALSE(b.session->is_busy());
 }
 
 namespace {

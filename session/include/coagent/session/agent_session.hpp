@@ -146,7 +146,9 @@ class agent_session : private event_sink {
                 // co_spawn must not take over the slot: hand it an unconnected one, and
                 // disconnect ours when the operation completes
                 using completion = prompt_completion<decltype(handler)>;
-                asio::co_spawn(executor_, run_prompt(std::move(user), b, id),
+                asio::co_spawn(executor_,
+                               perform(loop_start{
+                                   loop_start::kind::prompt, b, id, std::move(user), nullptr, {}}),
                                asio::bind_cancellation_slot(
                                    asio::cancellation_slot(),
                                    completion{std::move(handler), slot, std::move(pending), this}));
@@ -220,7 +222,13 @@ class agent_session : private event_sink {
                 auto slot = asio::get_associated_cancellation_slot(handler);
                 std::shared_ptr<bool> pending = bind_prompt_slot(slot, id);
                 using completion = prompt_completion<decltype(handler)>;
-                asio::co_spawn(executor_, run_resume_park(id),
+                asio::co_spawn(executor_,
+                               perform(loop_start{loop_start::kind::resume_park,
+                                                  streaming_behavior::none,
+                                                  id,
+                                                  {},
+                                                  nullptr,
+                                                  {}}),
                                asio::bind_cancellation_slot(
                                    asio::cancellation_slot(),
                                    completion{std::move(handler), slot, std::move(pending), this}));
@@ -321,7 +329,6 @@ class agent_session : private event_sink {
         });
         return pending;
     }
-    boost::asio::awaitable<prompt_result> run_resume_park(std::uint64_t id);
 
     // async_prompt's completion handler: it reports through the handler's associated executor
     // (default: the session's), computed when asked rather than stored in co_spawn's frame
@@ -355,9 +362,24 @@ class agent_session : private event_sink {
     struct run_state;    // session/src/session_parts.hpp
     struct run_outcome;  // session/src/session_parts.hpp
     struct summary_state;
+    // how perform's loop begins: a prompt (its busy check first), a resumed park, or an action of
+    // a caller that keeps the run's state itself (the queue's prompt, a summary request)
+    struct loop_start {
+        enum class kind : unsigned char { prompt, resume_park, action };
+        kind what = kind::prompt;
+        streaming_behavior behavior = streaming_behavior::none;  // prompt
+        std::uint64_t id = 0;                                    // prompt, resume_park
+        message_ptr user;                                        // prompt
+        run_state* st = nullptr;                                 // action: the caller's state
+        run_action first{};                                      // action
+    };
     // the session's one loop: performs the run policy's actions until the busy period settles
-    // (a prompt) or the summary request's reply is final (a compaction's summary)
-    boost::asio::awaitable<void> perform(run_action a, run_state& st);
+    // (a prompt) or the summary request's reply is final (a compaction's summary). A prompt's
+    // and a resumed park's coroutine is this loop itself, made when async_prompt /
+    // async_resume_park is called: one frame for a session parked in a backoff
+    boost::asio::awaitable<prompt_result> perform(loop_start s);
+    bool begin_prompt_loop(loop_start& s, run_state& st);   // false: busy, prompt_while_busy
+    bool begin_resumed_park(loop_start& s, run_state& st);  // false: refused
     // perform's steps that are coroutines of their own, so that what they keep is not in the
     // frame of a session parked in a backoff
     boost::asio::awaitable<void> run_step(run_state& st, run_action& a);
@@ -373,8 +395,6 @@ class agent_session : private event_sink {
     void drop_failed_reply(run_state& st);  // a wait or park begins: §3.9
     run_action next_queued(run_state& st, bool prompt_over_aborted);
     void settle(bool has_result);
-    boost::asio::awaitable<prompt_result> run_prompt(message_ptr user, streaming_behavior b,
-                                                     std::uint64_t id);
     boost::asio::awaitable<prompt_result> prompt_while_busy(message_ptr user, streaming_behavior b,
                                                             std::uint64_t id);
     boost::asio::awaitable<prompt_result> queue_while_busy(message_ptr user, streaming_behavior b,
