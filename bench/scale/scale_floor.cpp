@@ -171,8 +171,85 @@ struct conversation_result {
     double pacing_ms = 0, delays_ms = 0, total_ms = 0;
 };
 
+// One attempt on `sock` (connected first when closed): its own coroutine, so that its buffers and
+// parser are freed before a backoff. How it ended: status, [DONE] seen, retry-after.
+struct attempt_result {
+    int status = 0;
+    bool done = false;  // a whole 200 reply ending with [DONE]
+    std::optional<std::int64_t> retry_after_ms;
+};
+
+asio::awaitable<void> attempt(run_state& st, tcp::socket& sock, const std::string& body,
+                              bool& counted_streaming, conversation_result& out,
+                              attempt_result& r) {
+    if (!sock.is_open()) {
+        auto [ec] = co_await sock.async_connect(st.server, use_tuple);
+        if (ec) co_return;
+        ++st.connections;
+    }
+    {
+        http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+        req.set(http::field::host, "127.0.0.1");
+        req.set(http::field::content_type, "application/json");
+        req.set(http::field::authorization, "Bearer dummy-key");
+        req.body() = body;
+        req.prepare_payload();
+        auto [ec, n] = co_await http::async_write(sock, req, use_tuple);
+        (void)n;
+        if (ec) co_return;
+    }
+    beast::flat_static_buffer<1024> buf;
+    http::response_parser<http::buffer_body> p;
+    p.body_limit(boost::none);
+    {
+        auto [ec, n] = co_await http::async_read_header(sock, buf, p, use_tuple);
+        (void)n;
+        if (ec) co_return;
+    }
+    r.status = p.get().result_int();
+    if (const auto ra = p.get()["retry-after"]; !ra.empty())
+        r.retry_after_ms = std::atoll(std::string(ra).c_str()) * 1000;
+    std::array<char, 1024> chunk;
+    std::string tail;  // the last bytes read, so [DONE] split over two reads is found
+    clock_type::time_point first{}, last{};
+    int reads = 0;
+    bool done = false;
+    while (!p.is_done()) {
+        p.get().body().data = chunk.data();
+        p.get().body().size = chunk.size();
+        auto [ec, n] = co_await http::async_read_some(sock, buf, p, use_tuple);
+        (void)n;
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) break;
+        const std::size_t got = chunk.size() - p.get().body().size;
+        if (got == 0 || r.status != 200) continue;
+        const auto at = clock_type::now();
+        if (reads++ == 0)
+            first = at;
+        else
+            st.gaps.add(std::chrono::duration<double, std::milli>(at - last).count() -
+                        static_cast<double>(st.opt.chunk_delay_ms));
+        last = at;
+        if (!counted_streaming) {
+            counted_streaming = true;
+            if (++st.streaming == st.opt.sessions) st.sample_peak();
+        }
+        tail.append(chunk.data(), got);
+        if (tail.find("data: [DONE]") != std::string::npos) done = true;
+        if (tail.size() > 16) tail.erase(0, tail.size() - 16);
+    }
+    // the server's pacing of every streamed attempt, a cut one's too (as scale_bench counts it)
+    if (reads > 1) out.pacing_ms += std::chrono::duration<double, std::milli>(last - first).count();
+    r.done = r.status == 200 && done && p.is_done();
+    if (!p.is_done() || !p.keep_alive()) {
+        beast::error_code ignored;
+        sock.shutdown(tcp::socket::shutdown_both, ignored);
+        sock.close(ignored);
+    }
+}
+
 // One conversation: attempts until a reply ends with [DONE], the retries run out, or the backoff
-// is cancelled.
+// is cancelled. While it waits, it holds its socket, its timer and this frame.
 asio::awaitable<void> converse(run_state& st, int index, conversation_result& out) {
     auto ex = co_await asio::this_coro::executor;
     const auto start = clock_type::now();
@@ -183,82 +260,17 @@ asio::awaitable<void> converse(run_state& st, int index, conversation_result& ou
         R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":"scale )" +
         std::to_string(index) + "\"}]}";
     bool counted_streaming = false, counted_waiting = false, ok = false;
-    for (int attempt = 0;; ++attempt) {
+    for (int n = 0;; ++n) {
         ++out.attempts;
-        if (!sock.is_open()) {
-            auto [ec] = co_await sock.async_connect(st.server, use_tuple);
-            if (ec) break;
-            ++st.connections;
-        }
-        {
-            http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
-            req.set(http::field::host, "127.0.0.1");
-            req.set(http::field::content_type, "application/json");
-            req.set(http::field::authorization, "Bearer dummy-key");
-            req.body() = body;
-            req.prepare_payload();
-            auto [ec, n] = co_await http::async_write(sock, req, use_tuple);
-            (void)n;
-            if (ec) break;
-        }
-        beast::flat_static_buffer<1024> buf;
-        http::response_parser<http::buffer_body> p;
-        p.body_limit(boost::none);
-        std::optional<std::int64_t> retry_after_ms;
-        bool done = false;
-        {
-            auto [ec, n] = co_await http::async_read_header(sock, buf, p, use_tuple);
-            (void)n;
-            if (ec) break;
-        }
-        const int status = p.get().result_int();
-        if (const auto ra = p.get()["retry-after"]; !ra.empty())
-            retry_after_ms = std::atoll(std::string(ra).c_str()) * 1000;
-        std::array<char, 1024> chunk;
-        std::string tail;  // the last bytes read, so [DONE] split over two reads is found
-        clock_type::time_point first{}, last{};
-        int reads = 0;
-        while (!p.is_done()) {
-            p.get().body().data = chunk.data();
-            p.get().body().size = chunk.size();
-            auto [ec, n] = co_await http::async_read_some(sock, buf, p, use_tuple);
-            (void)n;
-            if (ec == http::error::need_buffer) ec = {};
-            if (ec) break;
-            const std::size_t got = chunk.size() - p.get().body().size;
-            if (got == 0) continue;
-            if (status == 200) {
-                const auto at = clock_type::now();
-                if (reads++ == 0)
-                    first = at;
-                else
-                    st.gaps.add(std::chrono::duration<double, std::milli>(at - last).count() -
-                                static_cast<double>(st.opt.chunk_delay_ms));
-                last = at;
-                if (!counted_streaming) {
-                    counted_streaming = true;
-                    if (++st.streaming == st.opt.sessions) st.sample_peak();
-                }
-                tail.append(chunk.data(), got);
-                if (tail.find("data: [DONE]") != std::string::npos) done = true;
-                if (tail.size() > 16) tail.erase(0, tail.size() - 16);
-            }
-        }
-        if (!p.is_done() || !p.keep_alive()) {
-            beast::error_code ignored;
-            sock.shutdown(tcp::socket::shutdown_both, ignored);
-            sock.close(ignored);
-        }
-        // the server's pacing of every streamed attempt, a cut one's too (as scale_bench counts it)
-        if (reads > 1)
-            out.pacing_ms += std::chrono::duration<double, std::milli>(last - first).count();
-        if (status == 200 && done && p.is_done()) {
+        attempt_result r;
+        co_await attempt(st, sock, body, counted_streaming, out, r);
+        if (r.done) {
             ok = true;
             break;
         }
-        if (attempt >= st.opt.max_retries) break;
-        std::int64_t delay = st.opt.base_delay_ms << attempt;
-        if (retry_after_ms) delay = std::max(delay, *retry_after_ms);
+        if (n >= st.opt.max_retries) break;
+        std::int64_t delay = st.opt.base_delay_ms << n;
+        if (r.retry_after_ms) delay = std::max(delay, *r.retry_after_ms);
         ++out.retries;
         out.delays_ms += static_cast<double>(delay);
         backoff.expires_after(std::chrono::milliseconds(delay));
@@ -269,8 +281,7 @@ asio::awaitable<void> converse(run_state& st, int index, conversation_result& ou
                 st.all_waiting = clock_type::now();
                 for (auto* t : st.backoffs)
                     if (t) t->cancel();
-                // the last one's own timer: cancel() above ran before its wait started
-                break;
+                break;  // the last one's own wait has not begun: it ends here
             }
         }
         auto [ec] = co_await backoff.async_wait(use_tuple);
