@@ -44,6 +44,8 @@ for (const n of sizes)
         }
         lines.push(`| ${n} | ${a} | ${r.settled}/${n} | ${kb(r.parkedHeapBytesPerSession)} | ${kb(r.parkedRssBytesPerSession)} | ${f(r.cancelAllMs)} | ${f(r.cpuMsPerPrompt, 3)} |`);
         if (r.settled !== n) problems.push(`${a} parked N=${n}: ${r.settled} of ${n} settled`);
+        // one 503 each, then the 10-minute backoff until abort_retry: a retry would mean a wait ended early
+        if (r.serverRequests !== n) problems.push(`${a} parked N=${n}: the server logged ${r.serverRequests} requests, not one per session`);
     }
 lines.push("", "### coagent against the reference's SDK (same N, same run)", "");
 lines.push("| N | prompts per CPU-s, coagent 1 thread / reference | heap per streaming session, reference / coagent | heap per parked session, reference / coagent | requests and auto_retry_* equal |");

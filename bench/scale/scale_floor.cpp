@@ -5,7 +5,8 @@
 // --per-conversation), reads the SSE reply into a fixed buffer with Beast's parser and looks only
 // for `data: [DONE]`. A non-200 status or a reply cut before [DONE] is retried after
 // max(B × 2^(n-1), retry-after) up to R retries, so the server answers the same requests it
-// answers coagent and the reference. No JSON, no session, no events, no classification.
+// answers coagent and the reference (phase parked: B is 10 minutes, as scale_bench's). No JSON,
+// no session, no events, no classification.
 // It prints the JSON object scale_bench prints (the same fields; "agent":"floor"), so the
 // report can set each agent beside the floor: floor / reference is the widest lead this machine
 // allows on each figure.
@@ -269,7 +270,9 @@ asio::awaitable<void> converse(run_state& st, int index, conversation_result& ou
             break;
         }
         if (n >= st.opt.max_retries) break;
-        std::int64_t delay = st.opt.base_delay_ms << n;
+        // parked: a 10-minute base delay, as scale_bench's sessions have
+        const std::int64_t base = st.opt.phase == "parked" ? 600000 : st.opt.base_delay_ms;
+        std::int64_t delay = base << n;
         if (r.retry_after_ms) delay = std::max(delay, *r.retry_after_ms);
         ++out.retries;
         out.delays_ms += static_cast<double>(delay);

@@ -7,6 +7,7 @@
 // Private to modes/.
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -67,6 +68,18 @@ class line_writer {
         if (!s_->stopped && !s_->in_flight && s_->queue.has_pending()) start(s_);
     }
 
+    /// flush(), from a handler posted to the stream's executor: the lines queued until then (the
+    /// events of one handler's run, say) go out in one write instead of the first on its own.
+    void flush_soon() {
+        auto& s = *s_;
+        if (s.stopped || s.in_flight || s.flush_posted || !s.queue.has_pending()) return;
+        s.flush_posted = true;
+        boost::asio::post(s.stream->get_executor(), [st = s_, keep = s.owner.lock()] {
+            st->flush_posted = false;
+            if (!st->stopped && !st->in_flight && st->queue.has_pending()) start(st);
+        });
+    }
+
     /// Nothing more is written; what is queued is dropped (a write in flight completes).
     void stop() noexcept {
         s_->stopped = true;
@@ -87,6 +100,7 @@ class line_writer {
         std::string writing;
         bool in_flight = false;
         bool stopped = false;
+        bool flush_posted = false;  // flush_soon()'s handler is on its way
     };
 
     static void start(const std::shared_ptr<state>& s) {

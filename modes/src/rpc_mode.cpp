@@ -551,13 +551,13 @@ class rpc_server {
     void write_event(const event& e) {
         if (out_.stopped()) return;
         out_.queue().push_event(e);  // merges message_updates above its bound
-        out_.flush();
+        out_.flush_soon();           // with the other events of this handler's run: one write
     }
 
     void write_line(std::string line) {
         if (out_.stopped()) return;
         out_.queue().push_line(line);
-        out_.flush();
+        out_.flush_soon();
     }
 
     void on_written(boost::system::error_code ec) {
