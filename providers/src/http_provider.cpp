@@ -21,7 +21,9 @@
 #include <openssl/x509v3.h>
 
 #include <sys/socket.h>
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 
@@ -38,6 +40,19 @@ namespace {
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t max_error_body = std::size_t{1} << 20;
+
+// Beast reads the socket into a connection's buffer asking for max(512, capacity - size) bytes
+// (beast::read_size). A read that brought at least half the buffer's capacity (512 at first)
+// means more was waiting — a fast server's whole reply at once — so the buffer doubles, up to
+// 16 KiB: the rest comes in fewer reads, and its events in fewer handler runs and writes of
+// event lines. A paced stream's read is one small event and leaves it at 512 bytes (the memory of
+// a streaming session).
+constexpr std::size_t max_read_size = 16 * 1024;
+
+void grow_after_big_read(beast::flat_buffer& b, std::size_t brought) {
+    if (brought >= 512 && 2 * brought >= b.capacity() && b.capacity() < max_read_size)
+        b.reserve(std::min(2 * b.capacity(), max_read_size));
+}
 
 struct connection {
     explicit connection(const asio::any_io_executor& ex) : plain(ex) {}
@@ -103,6 +118,7 @@ struct http_provider::impl {
     mutable std::mutex mutex;
     std::vector<std::shared_ptr<connection>> idle;
     std::size_t opened = 0;
+    std::atomic<std::size_t> body_reads{0};  // body_reads(): counted relaxed, read by tests
 
     std::string where() const { return host + ":" + port; }
 
@@ -358,8 +374,14 @@ asio::awaitable<bool> exchange(impl_ptr self, std::shared_ptr<attempt_state> st,
     while (!parser.is_done()) {
         parser.get().body().data = buf.data();
         parser.get().body().size = buf.size();
+        const std::size_t held = conn.buffer.size();
         auto [ec, n] = co_await http::async_read_some(stream, conn.buffer, parser, tuple_awaitable);
-        (void)n;
+        // n: the bytes the parser took (from what the buffer held, then from the socket)
+        const std::size_t brought = conn.buffer.size() + n - held;
+        if (brought > 0) {
+            self->body_reads.fetch_add(1, std::memory_order_relaxed);
+            grow_after_big_read(conn.buffer, brought);
+        }
         if (ec == http::error::need_buffer) ec = {};
         const std::size_t got = buf.size() - parser.get().body().size;
         if (st->aborted) co_return false;
@@ -507,6 +529,10 @@ const std::string& http_provider::cleartext_refusal() const noexcept {
 std::size_t http_provider::idle_connections() const {
     std::lock_guard lock(impl_->mutex);
     return impl_->idle.size();
+}
+
+std::size_t http_provider::body_reads() const {
+    return impl_->body_reads.load(std::memory_order_relaxed);
 }
 
 std::size_t http_provider::connections_opened() const {

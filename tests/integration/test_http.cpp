@@ -1509,6 +1509,36 @@ TEST_CASE("both OpenAI APIs: a streamed reply with usage over loopback",
     }
 }
 
+TEST_CASE("a long reply sent at once arrives whole, twice over one kept-alive connection",
+          "[http][loopback]") {
+    // 2000 events written in one go: the connection's reads grow from 512 bytes to 16 KiB (a
+    // read that got all it asked for), an event spans two reads, and a read holds more body than
+    // the 2 KiB a parser step takes; the second reply comes through the grown buffer
+    std::string text;
+    for (int i = 0; i < 2000; ++i) text += "w" + std::to_string(i) + " ";
+    text.pop_back();
+    const std::string step = R"({"text":")" + text + R"(","chunks":2000})";
+    loopback lb("[" + step + "," + step + "]");
+    http_provider p(lb.options(api_kind::openai_completions));
+    abort_signal abort;
+    std::size_t reads_before = 0;
+    for (int reply = 0; reply < 2; ++reply) {
+        INFO("reply " << reply);
+        recording_observer obs;
+        auto out = lb.stream_once(p, simple_request(p.model()), obs, abort);
+        CHECK(out.stop == stop_reason::stop);
+        CHECK_FALSE(out.error_message);
+        CHECK(text_of(out) == text);
+        CHECK(obs.deltas.size() == 2000);
+        // about 300 KB: some 600 reads of 512 bytes; reads of up to 16 KiB take a small part
+        // of that (the bound is loose: a read gets less than it asks when the server is not
+        // done writing)
+        CHECK(p.body_reads() - reads_before < 200);
+        reads_before = p.body_reads();
+    }
+    CHECK(p.connections_opened() == 1);
+}
+
 TEST_CASE("issue 24: fakellm streams signed thinking, the next request sends it back unchanged",
           "[http][loopback][content]") {
     loopback lb(R"([{"text":"A logo.","thinking":"Let me look.","signature":"c2lnLzEr+A=="},)"

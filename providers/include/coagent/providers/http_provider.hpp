@@ -85,6 +85,9 @@ class http_provider final : public provider {
     std::size_t idle_connections() const;
     /// Connections opened so far (tests: keep-alive reuse).
     std::size_t connections_opened() const;
+    /// Reads of a socket that brought bytes of a response body, so far (tests: a reply sent at
+    /// once is read in ever larger reads, up to 16 KiB).
+    std::size_t body_reads() const;
 
     struct impl;
 
