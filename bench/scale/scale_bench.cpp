@@ -31,9 +31,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <malloc.h>
-#include <sys/resource.h>
-#include <unistd.h>
+#include "common.hpp"
 
 #include <algorithm>
 #include <array>
@@ -42,7 +40,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -57,80 +54,6 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-struct options {
-    std::vector<int> ports;
-    int sessions = 100;
-    int threads = 1;
-    std::string phase = "stream";
-    std::int64_t chunk_delay_ms = 100;
-    std::int64_t base_delay_ms = 100;
-    int max_retries = 3;
-};
-
-[[noreturn]] void usage(const std::string& why) {
-    std::cerr << "scale_bench: " << why
-              << "\nusage: scale_bench --port P [--port P2 ...] --sessions N [--threads T] "
-                 "[--phase stream|parked] [--chunk-delay-ms D] [--base-delay-ms B] "
-                 "[--max-retries R]\n";
-    std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-    options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        const auto value = [&]() -> std::string {
-            if (i + 1 >= argc) usage(a + " needs a value");
-            return argv[++i];
-        };
-        const auto number = [&]() -> long long {
-            const std::string v = value();
-            char* end = nullptr;
-            const long long n = std::strtoll(v.c_str(), &end, 10);
-            if (v.empty() || *end != '\0' || n < 0) usage(a + ": expected a number, found " + v);
-            return n;
-        };
-        if (a == "--port")
-            o.ports.push_back(static_cast<int>(number()));
-        else if (a == "--sessions")
-            o.sessions = static_cast<int>(number());
-        else if (a == "--threads")
-            o.threads = static_cast<int>(number());
-        else if (a == "--phase")
-            o.phase = value();
-        else if (a == "--chunk-delay-ms")
-            o.chunk_delay_ms = number();
-        else if (a == "--base-delay-ms")
-            o.base_delay_ms = number();
-        else if (a == "--max-retries")
-            o.max_retries = static_cast<int>(number());
-        else
-            usage("unknown option " + a);
-    }
-    if (o.ports.empty()) usage("--port is required");
-    if (o.sessions < 1 || o.threads < 1) usage("--sessions and --threads must be at least 1");
-    if (o.phase != "stream" && o.phase != "parked") usage("--phase: stream or parked");
-    return o;
-}
-
-double cpu_seconds() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-std::size_t heap_bytes() {
-    return mallinfo2().uordblks;
-}
-
-std::size_t rss_bytes() {
-    std::ifstream in("/proc/self/statm");
-    std::size_t pages = 0, resident = 0;
-    in >> pages >> resident;
-    return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-}
-
 // One session and what its events said (touched only on the session's strand).
 struct tracked {
     std::unique_ptr<agent_session> session;
@@ -144,40 +67,13 @@ struct tracked {
     bool streaming = false, waiting = false, settled = false, ok = false;
 };
 
-// The gaps between consecutive text deltas of an attempt beyond the server's chunk delay D, in
-// 0.05 ms buckets up to 200 ms (a fixed table: the figure must not grow the memory measured).
-struct gap_histogram {
-    static constexpr int buckets = 4000;
-    std::array<std::atomic<std::uint32_t>, buckets + 1> count{};
-    void add(double extra_ms) {
-        const int b = std::clamp(static_cast<int>(extra_ms / 0.05), 0, buckets);
-        count[static_cast<std::size_t>(b)].fetch_add(1, std::memory_order_relaxed);
-    }
-    double percentile(double p) const {
-        std::uint64_t total = 0;
-        for (const auto& c : count) total += c.load();
-        if (total == 0) return 0;
-        const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(total - 1));
-        std::uint64_t seen = 0;
-        for (int b = 0; b <= buckets; ++b) {
-            seen += count[static_cast<std::size_t>(b)].load();
-            if (seen > rank) return (b + 1) * 0.05;  // the bucket's upper edge
-        }
-        return buckets * 0.05;
-    }
-};
-
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-    return v[std::min(i, v.size() - 1)];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    const options opt = parse(argc, argv);
+    const scale::options opt = scale::parse(
+        argc, argv, "scale_bench",
+        "scale_bench --port P [--port P2 ...] --sessions N [--threads T] [--phase stream|parked] "
+        "[--chunk-delay-ms D] [--base-delay-ms B] [--max-retries R]");
     warm_up_classifier();  // what the coagent executable does at start-up, off the measurement
 
     asio::io_context io(opt.threads);
@@ -192,16 +88,16 @@ int main(int argc, char** argv) {
         providers.push_back(std::make_shared<http_provider>(std::move(po)));
     }
 
-    auto gaps_owner = std::make_unique<gap_histogram>();  // allocated before the baseline
-    gap_histogram& gaps = *gaps_owner;
-    const std::size_t heap0 = heap_bytes();
-    const std::size_t rss0 = rss_bytes();
+    auto gaps_owner = std::make_unique<scale::gap_histogram>();  // allocated before the baseline
+    scale::gap_histogram& gaps = *gaps_owner;
+    const std::size_t heap0 = scale::heap_bytes();
+    const std::size_t rss0 = scale::rss_bytes();
     std::vector<tracked> all(static_cast<std::size_t>(opt.sessions));
     std::atomic<int> streaming{0}, waiting{0}, settled{0};
     std::atomic<std::size_t> heap_at_peak{0}, rss_at_peak{0};
     const auto sample_peak = [&] {
-        heap_at_peak = heap_bytes();
-        rss_at_peak = rss_bytes();
+        heap_at_peak = scale::heap_bytes();
+        rss_at_peak = scale::rss_bytes();
     };
     // parked: once all N wait (the last session's listener says so), every backoff is cancelled
     clock_type::time_point all_waiting{}, all_settled{};
@@ -261,9 +157,9 @@ int main(int argc, char** argv) {
             }
         });
     }
-    const std::size_t heap_idle = heap_bytes();
+    const std::size_t heap_idle = scale::heap_bytes();
 
-    const double cpu0 = cpu_seconds();
+    const double cpu0 = scale::cpu_seconds();
     const auto wall0 = clock_type::now();
     for (std::size_t i = 0; i < all.size(); ++i) {
         tracked& t = all[i];
@@ -285,7 +181,7 @@ int main(int argc, char** argv) {
     for (int k = 1; k < opt.threads; ++k) pool.emplace_back([&] { io.run(); });
     io.run();
     for (auto& th : pool) th.join();
-    const double cpu = cpu_seconds() - cpu0;
+    const double cpu = scale::cpu_seconds() - cpu0;
     const double wall = std::chrono::duration<double>(clock_type::now() - wall0).count();
     const double cancel_ms =
         std::chrono::duration<double, std::milli>(all_settled - all_waiting).count();
@@ -305,35 +201,27 @@ int main(int argc, char** argv) {
     std::size_t connections = 0;
     for (const auto& p : providers) connections += p->connections_opened();
 
-    const double n = opt.sessions;
-    json::object out;
-    out["agent"] = "coagent";
-    out["phase"] = opt.phase;
-    out["sessions"] = opt.sessions;
-    out["threads"] = opt.threads;
-    out["settled"] = settled.load();
-    out["succeeded"] = ok;
-    out["requests"] = requests;
-    out["retriedPrompts"] = retried;
-    out["autoRetryStart"] = retry_starts;
-    out["autoRetryEnd"] = retry_ends;
-    out["cpuSeconds"] = cpu;
-    out["wallSeconds"] = wall;
-    out["promptsPerCpuSecond"] = cpu > 0 ? settled.load() / cpu : 0.0;
-    out["cpuMsPerPrompt"] = settled.load() ? cpu * 1000 / settled.load() : 0.0;
-    out["addedLatencyP50Ms"] = percentile(added, 0.50);
-    out["addedLatencyP99Ms"] = percentile(added, 0.99);
-    out["chunkGapP50Ms"] = gaps.percentile(0.50);
-    out["chunkGapP99Ms"] = gaps.percentile(0.99);
-    out["idleHeapBytesPerSession"] = static_cast<double>(heap_idle - heap0) / n;
-    const double peak_heap = static_cast<double>(heap_at_peak.load()) - static_cast<double>(heap0);
-    const double peak_rss = static_cast<double>(rss_at_peak.load()) - static_cast<double>(rss0);
-    out[opt.phase == "parked" ? "parkedHeapBytesPerSession" : "streamingHeapBytesPerSession"] =
-        heap_at_peak.load() ? peak_heap / n : -1.0;
-    out[opt.phase == "parked" ? "parkedRssBytesPerSession" : "streamingRssBytesPerSession"] =
-        rss_at_peak.load() ? peak_rss / n : -1.0;
-    out["connections"] = connections;
-    if (opt.phase == "parked") out["cancelAllMs"] = cancel_ms;
+    scale::run_figures f;
+    f.agent = "coagent";
+    f.settled = settled.load();
+    f.succeeded = ok;
+    f.requests = requests;
+    f.retried_prompts = retried;
+    f.retry_starts = retry_starts;
+    f.retry_ends = retry_ends;
+    f.cpu_seconds = cpu;
+    f.wall_seconds = wall;
+    f.added_ms = std::move(added);
+    f.gaps = &gaps;
+    f.heap0 = heap0;
+    f.rss0 = rss0;
+    f.heap_at_peak = heap_at_peak.load();
+    f.rss_at_peak = rss_at_peak.load();
+    f.connections = connections;
+    f.cancel_all_ms = cancel_ms;
+    json::object out = scale::to_json(opt, f);
+    out["idleHeapBytesPerSession"] =
+        static_cast<double>(heap_idle - heap0) / static_cast<double>(opt.sessions);
     std::cout << json::serialize(out) << std::endl;
     return settled.load() == opt.sessions ? 0 : 1;
 }

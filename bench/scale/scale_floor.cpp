@@ -25,9 +25,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <malloc.h>
-#include <sys/resource.h>
-#include <unistd.h>
+#include "common.hpp"
 
 #include <algorithm>
 #include <array>
@@ -35,7 +33,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -53,117 +50,17 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-struct options {
-    int port = 0;
-    int sessions = 100;
-    std::string phase = "stream";
-    std::int64_t chunk_delay_ms = 100;
-    std::int64_t base_delay_ms = 100;
-    int max_retries = 3;
-};
-
-[[noreturn]] void usage(const std::string& why) {
-    std::cerr << "scale-floor: " << why
-              << "\nusage: scale-floor --port P --sessions N [--phase stream|parked] "
-                 "[--chunk-delay-ms D] [--base-delay-ms B] [--max-retries R]\n";
-    std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-    options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        const auto number = [&]() -> long long {
-            if (i + 1 >= argc) usage(a + " needs a value");
-            const std::string v = argv[++i];
-            char* end = nullptr;
-            const long long n = std::strtoll(v.c_str(), &end, 10);
-            if (v.empty() || *end != '\0' || n < 0) usage(a + ": expected a number, found " + v);
-            return n;
-        };
-        if (a == "--port")
-            o.port = static_cast<int>(number());
-        else if (a == "--sessions")
-            o.sessions = static_cast<int>(number());
-        else if (a == "--phase") {
-            if (i + 1 >= argc) usage("--phase needs a value");
-            o.phase = argv[++i];
-        } else if (a == "--chunk-delay-ms")
-            o.chunk_delay_ms = number();
-        else if (a == "--base-delay-ms")
-            o.base_delay_ms = number();
-        else if (a == "--max-retries")
-            o.max_retries = static_cast<int>(number());
-        else if (a == "--threads") {
-            if (number() != 1) usage("--threads: the floor runs on one thread");
-        } else
-            usage("unknown option " + a);
-    }
-    if (o.port == 0) usage("--port is required");
-    if (o.sessions < 1) usage("--sessions must be at least 1");
-    if (o.phase != "stream" && o.phase != "parked") usage("--phase: stream or parked");
-    return o;
-}
-
-double cpu_seconds() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-std::size_t heap_bytes() {
-    return mallinfo2().uordblks;
-}
-
-std::size_t rss_bytes() {
-    std::ifstream in("/proc/self/statm");
-    std::size_t pages = 0, resident = 0;
-    in >> pages >> resident;
-    return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-}
-
-// The gaps between two body reads of a streaming attempt beyond the chunk delay D, as
-// scale_bench's histogram (0.05 ms buckets up to 200 ms).
-struct gap_histogram {
-    static constexpr int buckets = 4000;
-    std::array<std::uint32_t, buckets + 1> count{};
-    void add(double extra_ms) {
-        ++count[static_cast<std::size_t>(
-            std::clamp(static_cast<int>(extra_ms / 0.05), 0, buckets))];
-    }
-    double percentile(double p) const {
-        std::uint64_t total = 0;
-        for (const auto c : count) total += c;
-        if (total == 0) return 0;
-        const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(total - 1));
-        std::uint64_t seen = 0;
-        for (int b = 0; b <= buckets; ++b) {
-            seen += count[static_cast<std::size_t>(b)];
-            if (seen > rank) return (b + 1) * 0.05;
-        }
-        return buckets * 0.05;
-    }
-};
-
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-    return v[std::min(i, v.size() - 1)];
-}
-
 struct run_state {
-    options opt;
+    scale::options opt;
     tcp::endpoint server;
-    gap_histogram gaps;
+    scale::gap_histogram gaps;
     int streaming = 0, waiting = 0, settled = 0, succeeded = 0, connections = 0;
     std::size_t heap_at_peak = 0, rss_at_peak = 0;
     clock_type::time_point all_waiting{}, all_settled{};
     std::vector<asio::steady_timer*> backoffs;  // parked: cancelled once all N wait
     void sample_peak() {
-        heap_at_peak = heap_bytes();
-        rss_at_peak = rss_bytes();
+        heap_at_peak = scale::heap_bytes();
+        rss_at_peak = scale::rss_bytes();
     }
 };
 
@@ -300,21 +197,27 @@ asio::awaitable<void> converse(run_state& st, int index, conversation_result& ou
 
 int main(int argc, char** argv) {
     run_state st;
-    st.opt = parse(argc, argv);
-    const options& opt = st.opt;
-    st.server =
-        tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(opt.port));
+    st.opt = scale::parse(argc, argv, "scale-floor",
+                          "scale-floor --port P --sessions N [--phase stream|parked] "
+                          "[--chunk-delay-ms D] [--base-delay-ms B] [--max-retries R]");
+    const scale::options& opt = st.opt;
+    if (opt.ports.size() != 1 || opt.threads != 1) {
+        std::cerr << "scale-floor: one --port, and --threads 1 only\n";
+        return 2;
+    }
+    st.server = tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                              static_cast<unsigned short>(opt.ports[0]));
     asio::io_context io(1);
     std::vector<conversation_result> results(static_cast<std::size_t>(opt.sessions));
     st.backoffs.assign(results.size(), nullptr);
-    const std::size_t heap0 = heap_bytes();
-    const std::size_t rss0 = rss_bytes();
-    const double cpu0 = cpu_seconds();
+    const std::size_t heap0 = scale::heap_bytes();
+    const std::size_t rss0 = scale::rss_bytes();
+    const double cpu0 = scale::cpu_seconds();
     const auto wall0 = clock_type::now();
     for (int i = 0; i < opt.sessions; ++i)
         asio::co_spawn(io, converse(st, i, results[static_cast<std::size_t>(i)]), asio::detached);
     io.run();
-    const double cpu = cpu_seconds() - cpu0;
+    const double cpu = scale::cpu_seconds() - cpu0;
     const double wall = std::chrono::duration<double>(clock_type::now() - wall0).count();
 
     std::vector<double> added;
@@ -325,36 +228,26 @@ int main(int argc, char** argv) {
         retried += r.retries > 0 ? 1 : 0;
         added.push_back(r.total_ms - r.pacing_ms - r.delays_ms);
     }
-    const double n = opt.sessions;
-    json::object out;
-    out["agent"] = "floor";
-    out["phase"] = opt.phase;
-    out["sessions"] = opt.sessions;
-    out["threads"] = 1;
-    out["settled"] = st.settled;
-    out["succeeded"] = st.succeeded;
-    out["requests"] = requests;
-    out["retriedPrompts"] = retried;
-    out["autoRetryStart"] = retries;
-    out["autoRetryEnd"] = retried;
-    out["cpuSeconds"] = cpu;
-    out["wallSeconds"] = wall;
-    out["promptsPerCpuSecond"] = cpu > 0 ? st.settled / cpu : 0.0;
-    out["cpuMsPerPrompt"] = st.settled ? cpu * 1000 / st.settled : 0.0;
-    out["addedLatencyP50Ms"] = percentile(added, 0.50);
-    out["addedLatencyP99Ms"] = percentile(added, 0.99);
-    out["chunkGapP50Ms"] = st.gaps.percentile(0.50);
-    out["chunkGapP99Ms"] = st.gaps.percentile(0.99);
-    const double peak_heap = static_cast<double>(st.heap_at_peak) - static_cast<double>(heap0);
-    const double peak_rss = static_cast<double>(st.rss_at_peak) - static_cast<double>(rss0);
-    out[opt.phase == "parked" ? "parkedHeapBytesPerSession" : "streamingHeapBytesPerSession"] =
-        st.heap_at_peak ? peak_heap / n : -1.0;
-    out[opt.phase == "parked" ? "parkedRssBytesPerSession" : "streamingRssBytesPerSession"] =
-        st.rss_at_peak ? peak_rss / n : -1.0;
-    out["connections"] = st.connections;
-    if (opt.phase == "parked")
-        out["cancelAllMs"] =
-            std::chrono::duration<double, std::milli>(st.all_settled - st.all_waiting).count();
+    scale::run_figures f;
+    f.agent = "floor";
+    f.settled = st.settled;
+    f.succeeded = st.succeeded;
+    f.requests = requests;
+    f.retried_prompts = retried;
+    f.retry_starts = retries;
+    f.retry_ends = retried;
+    f.cpu_seconds = cpu;
+    f.wall_seconds = wall;
+    f.added_ms = std::move(added);
+    f.gaps = &st.gaps;
+    f.heap0 = heap0;
+    f.rss0 = rss0;
+    f.heap_at_peak = st.heap_at_peak;
+    f.rss_at_peak = st.rss_at_peak;
+    f.connections = static_cast<std::size_t>(st.connections);
+    f.cancel_all_ms =
+        std::chrono::duration<double, std::milli>(st.all_settled - st.all_waiting).count();
+    const json::object out = scale::to_json(opt, f);
     std::cout << json::serialize(out) << std::endl;
     return st.settled == opt.sessions ? 0 : 1;
 }
