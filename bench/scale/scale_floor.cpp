@@ -7,7 +7,8 @@
 // max(B × 2^(n-1), retry-after) up to R retries, so the server answers the same requests it
 // answers coagent and the reference (phase parked: B is 10 minutes, as scale_bench's). No JSON,
 // no session, no events, no classification.
-// It prints the JSON object scale_bench prints (the same fields; "agent":"floor"), so the
+// It prints the JSON object scale_bench prints (the same fields but idleHeapBytesPerSession: it
+// has no sessions to hold before the prompts; "agent":"floor"), so the
 // report can set each agent beside the floor: floor / reference is the widest lead this machine
 // allows on each figure.
 //
@@ -80,9 +81,19 @@ struct attempt_result {
 asio::awaitable<void> attempt(run_state& st, tcp::socket& sock, const std::string& body,
                               bool& counted_streaming, conversation_result& out,
                               attempt_result& r) {
+    // a failed connect, write or header read leaves the socket unusable: the next attempt
+    // connects anew (async_connect opens the socket and keeps it open when it fails)
+    const auto drop = [&sock] {
+        beast::error_code ignored;
+        sock.shutdown(tcp::socket::shutdown_both, ignored);
+        sock.close(ignored);
+    };
     if (!sock.is_open()) {
         auto [ec] = co_await sock.async_connect(st.server, use_tuple);
-        if (ec) co_return;
+        if (ec) {
+            drop();
+            co_return;
+        }
         ++st.connections;
     }
     {
@@ -94,7 +105,10 @@ asio::awaitable<void> attempt(run_state& st, tcp::socket& sock, const std::strin
         req.prepare_payload();
         auto [ec, n] = co_await http::async_write(sock, req, use_tuple);
         (void)n;
-        if (ec) co_return;
+        if (ec) {
+            drop();
+            co_return;
+        }
     }
     beast::flat_static_buffer<1024> buf;
     http::response_parser<http::buffer_body> p;
@@ -102,7 +116,10 @@ asio::awaitable<void> attempt(run_state& st, tcp::socket& sock, const std::strin
     {
         auto [ec, n] = co_await http::async_read_header(sock, buf, p, use_tuple);
         (void)n;
-        if (ec) co_return;
+        if (ec) {
+            drop();
+            co_return;
+        }
     }
     r.status = p.get().result_int();
     if (const auto ra = p.get()["retry-after"]; !ra.empty())
@@ -139,11 +156,7 @@ asio::awaitable<void> attempt(run_state& st, tcp::socket& sock, const std::strin
     // the server's pacing of every streamed attempt, a cut one's too (as scale_bench counts it)
     if (reads > 1) out.pacing_ms += std::chrono::duration<double, std::milli>(last - first).count();
     r.done = r.status == 200 && done && p.is_done();
-    if (!p.is_done() || !p.keep_alive()) {
-        beast::error_code ignored;
-        sock.shutdown(tcp::socket::shutdown_both, ignored);
-        sock.close(ignored);
-    }
+    if (!p.is_done() || !p.keep_alive()) drop();
 }
 
 // One conversation: attempts until a reply ends with [DONE], the retries run out, or the backoff

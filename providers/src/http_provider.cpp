@@ -45,12 +45,15 @@ constexpr std::size_t max_error_body = std::size_t{1} << 20;
 // (beast::read_size). A read that brought at least half the buffer's capacity (512 at first)
 // means more was waiting — a fast server's whole reply at once — so the buffer doubles, up to
 // 16 KiB: the rest comes in fewer reads, and its events in fewer handler runs and writes of
-// event lines. A paced stream's read is one small event and leaves it at 512 bytes (the memory of
-// a streaming session).
+// event lines. It keeps its size while the connection lives; a paced stream (one small event a
+// read) on a new connection stays at 512 bytes (the memory of a streaming session).
 constexpr std::size_t max_read_size = 16 * 1024;
 
 void grow_after_big_read(beast::flat_buffer& b, std::size_t brought) {
-    if (brought >= 512 && 2 * brought >= b.capacity() && b.capacity() < max_read_size)
+    // flat_buffer::reserve(n) allocates max(n, 2 × size): only while size <= 8 KiB does the
+    // capacity stay within max_read_size
+    if (brought >= 512 && 2 * brought >= b.capacity() && b.capacity() < max_read_size &&
+        2 * b.size() <= max_read_size)
         b.reserve(std::min(2 * b.capacity(), max_read_size));
 }
 
