@@ -11,6 +11,8 @@ const agents = ["coagent-1t", "coagent-2t", "reference-sdk", "floor"];
 const find = (agent, phase, n) => rows.find((r) => r.agent === agent && r.phase === phase && r.sessions === n);
 const f = (x, d = 1) => (x === undefined || x < 0 ? "–" : Number(x).toFixed(d));
 const kb = (x) => (x === undefined || x < 0 ? "–" : (x / 1024).toFixed(1));
+const ok = (r) => r && !r.failed;
+const ratio = (a, b, d = 1) => (a > 0 && b > 0 ? (a / b).toFixed(d) + "×" : "–");
 const problems = [];
 const lines = [];
 
@@ -54,14 +56,12 @@ const dat = ["# N coagent1t_ppcs coagent2t_ppcs reference_ppcs coagent_heap_kib 
 for (const n of sizes) {
     const c = find("coagent-1t", "stream", n), c2 = find("coagent-2t", "stream", n), ref = find("reference-sdk", "stream", n);
     const cp = find("coagent-1t", "parked", n), rp = find("reference-sdk", "parked", n);
-    const ok = (r) => r && !r.failed;
     let equal = "–";
     if (ok(c) && ok(ref)) {
         const same = ["requests", "autoRetryStart", "autoRetryEnd"].every((k) => c[k] === ref[k] && (!ok(c2) || c2[k] === ref[k]));
         equal = same ? "yes" : `NO (${c.requests}/${c.autoRetryStart}/${c.autoRetryEnd} vs ${ref.requests}/${ref.autoRetryStart}/${ref.autoRetryEnd})`;
         if (!same) problems.push(`N=${n}: coagent and the reference differ in requests or auto_retry_* counts`);
     }
-    const ratio = (a, b) => (a > 0 && b > 0 ? (a / b).toFixed(1) + "×" : "–");
     const fl = find("floor", "stream", n);
     if (ok(c) && ok(fl) && fl.requests !== c.requests) problems.push(`N=${n}: the floor made ${fl.requests} requests, coagent ${c.requests}`);
     lines.push(`| ${n} | ${ok(c) && ok(ref) ? ratio(c.promptsPerCpuSecond, ref.promptsPerCpuSecond) : "–"} | ${ok(c) && ok(ref) ? ratio(ref.streamingHeapBytesPerSession, c.streamingHeapBytesPerSession) : "–"} | ${ok(cp) && ok(rp) ? ratio(rp.parkedHeapBytesPerSession, cp.parkedHeapBytesPerSession) : "–"} | ${equal} |`);
@@ -73,12 +73,11 @@ lines.push("", "### The harness floor beside them (scale-floor: N bare streams o
 lines.push("| N | prompts per CPU-s: floor | floor / reference (the widest lead) | coagent 1 thread / floor | heap per streaming session KiB: floor, reference / floor | heap per parked session KiB: floor, coagent / floor | added latency p99 ms: floor, coagent |");
 lines.push("|---|---|---|---|---|---|---|");
 for (const n of sizes) {
-    const ok = (r) => r && !r.failed;
     const fl = find("floor", "stream", n), fp = find("floor", "parked", n);
     const c = find("coagent-1t", "stream", n), ref = find("reference-sdk", "stream", n), cp = find("coagent-1t", "parked", n);
     if (!ok(fl)) continue;
-    const ratio = (a, b) => (a > 0 && b > 0 ? (a / b).toFixed(2) + "×" : "–");
-    lines.push(`| ${n} | ${f(fl.promptsPerCpuSecond, 0)} | ${ok(ref) ? ratio(fl.promptsPerCpuSecond, ref.promptsPerCpuSecond) : "–"} | ${ok(c) ? ratio(c.promptsPerCpuSecond, fl.promptsPerCpuSecond) : "–"} | ${kb(fl.streamingHeapBytesPerSession)}, ${ok(ref) ? ratio(ref.streamingHeapBytesPerSession, fl.streamingHeapBytesPerSession) : "–"} | ${ok(fp) ? kb(fp.parkedHeapBytesPerSession) : "–"}, ${ok(fp) && ok(cp) ? ratio(cp.parkedHeapBytesPerSession, fp.parkedHeapBytesPerSession) : "–"} | ${f(fl.addedLatencyP99Ms)}, ${ok(c) ? f(c.addedLatencyP99Ms) : "–"} |`);
+    const r2 = (a, b) => ratio(a, b, 2);
+    lines.push(`| ${n} | ${f(fl.promptsPerCpuSecond, 0)} | ${ok(ref) ? r2(fl.promptsPerCpuSecond, ref.promptsPerCpuSecond) : "–"} | ${ok(c) ? r2(c.promptsPerCpuSecond, fl.promptsPerCpuSecond) : "–"} | ${kb(fl.streamingHeapBytesPerSession)}, ${ok(ref) ? r2(ref.streamingHeapBytesPerSession, fl.streamingHeapBytesPerSession) : "–"} | ${ok(fp) ? kb(fp.parkedHeapBytesPerSession) : "–"}, ${ok(fp) && ok(cp) ? r2(cp.parkedHeapBytesPerSession, fp.parkedHeapBytesPerSession) : "–"} | ${f(fl.addedLatencyP99Ms)}, ${ok(c) ? f(c.addedLatencyP99Ms) : "–"} |`);
 }
 if (problems.length) lines.push("", "**Checks failed:**", ...problems.map((p) => `- ${p}`));
 else lines.push("", "Checks: every prompt settled, the server logged the requests each agent counted, requests and auto_retry_* counts equal.");
